@@ -1,0 +1,128 @@
+"""POST /v1/estimate/prefill and /v1/estimate/decode: the cost of one pass on one worker."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from fastapi import APIRouter
+
+from planner.api.catalogs import Catalogs, CatalogsDep
+from planner.api.limits import MAX_INLINE_CONFIG_BYTES
+from planner.api.problems import problem_responses
+from planner.api.schemas import (
+    DecodeRequest,
+    DecodeResponse,
+    EstimateRequest,
+    MemoryPlanOut,
+    OperatorCostOut,
+    ParallelismOut,
+    PrefillRequest,
+    PrefillResponse,
+)
+from planner.costs import CostContext, Parallelism, PassCost, decode_cost, prefill_cost
+from planner.errors import RequestTooLarge, UnsupportedConfiguration, UnsupportedModel
+from planner.hardware import find_gpu
+from planner.models import ModelArchitecture, from_hf_config
+
+router = APIRouter(
+    prefix="/estimate", tags=["estimate"], responses=problem_responses([404, 413, 422, 500])
+)
+
+
+def _inline_model(config: dict[str, object]) -> ModelArchitecture:
+    size_bytes = len(json.dumps(config, separators=(",", ":")).encode())
+    if size_bytes > MAX_INLINE_CONFIG_BYTES:
+        raise RequestTooLarge(
+            f"model_config is {size_bytes} bytes; the limit is {MAX_INLINE_CONFIG_BYTES}",
+            field="model_config",
+            size_bytes=size_bytes,
+            limit_bytes=MAX_INLINE_CONFIG_BYTES,
+        )
+    try:
+        return from_hf_config(config, model_id="inline")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # malformed user input, not a bug
+        raise UnsupportedModel(f"model_config could not be read: {exc!r}", field="model_config") from exc
+
+
+def build_context(body: EstimateRequest, catalogs: Catalogs) -> tuple[CostContext, str]:
+    """Resolve ids and defaults of a request into a ``CostContext`` and the canonical model id."""
+    if body.inline_model_config is not None:
+        arch, model_id = _inline_model(body.inline_model_config), "inline"
+    else:
+        assert body.model is not None  # the request model guarantees exactly one
+        arch, model_id = catalogs.models.get(body.model), catalogs.models.resolve(body.model)
+    gpu = find_gpu(catalogs.gpus, body.gpu)
+    if body.engine not in catalogs.engines:
+        raise UnsupportedConfiguration(f"no profile for engine {body.engine!r}", field="engine")
+    weight_dtype = body.weight_dtype or arch.native_weight_dtype or "bf16"
+    kv_dtype = body.kv_dtype or arch.default_kv_dtype(weight_dtype)
+    ctx = CostContext(
+        model=arch,
+        gpu=gpu,
+        engine=catalogs.engines[body.engine],
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        parallelism=Parallelism(**body.parallelism.model_dump()),
+    )
+    return ctx, model_id
+
+
+def _echo(ctx: CostContext, model_id: str, cost: PassCost) -> dict[str, object]:
+    par = ctx.parallelism
+    warnings = []
+    if ctx.gpu.efficiency_inherited:
+        warnings.append(
+            f"{ctx.gpu.id}: kernel efficiencies were not fitted on this GPU's family; "
+            f"they come from {ctx.gpu.efficiency_origin}"
+        )
+    return {
+        "model": model_id,
+        "gpu": ctx.gpu.id,
+        "engine": ctx.engine.id,
+        "weight_dtype": ctx.weight_dtype,
+        "kv_dtype": ctx.kv_dtype,
+        "parallelism": ParallelismOut(tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, num_gpus=par.num_gpus),
+        "efficiency_origin": ctx.gpu.efficiency_origin,
+        "warnings": warnings,
+        "bound": cost.bound,
+        "flops": cost.flops,
+        "bytes_moved": cost.bytes_moved,
+        "breakdown": [OperatorCostOut.model_validate(asdict(op)) for op in cost.breakdown],
+        "memory": MemoryPlanOut.model_validate(asdict(cost.memory)),
+    }
+
+
+@router.post("/prefill", response_model=PrefillResponse)
+def estimate_prefill(body: PrefillRequest, catalogs: CatalogsDep) -> PrefillResponse:
+    """Latency, work and per-operator breakdown of one prefill pass of a batch of prompts."""
+    ctx, model_id = build_context(body, catalogs)
+    cost = prefill_cost(
+        ctx, prompt_tokens=body.prompt_tokens, batch_size=body.batch_size, cached_tokens=body.cached_tokens
+    )
+    return PrefillResponse.model_validate(
+        _echo(ctx, model_id, cost)
+        | {
+            "latency_s": cost.latency_s,
+            "tokens_per_s": body.batch_size * body.prompt_tokens / cost.latency_s,
+            "prompt_tokens": body.prompt_tokens,
+            "cached_tokens": body.cached_tokens,
+            "batch_size": body.batch_size,
+        }
+    )
+
+
+@router.post("/decode", response_model=DecodeResponse)
+def estimate_decode(body: DecodeRequest, catalogs: CatalogsDep) -> DecodeResponse:
+    """Latency and per-operator breakdown of one decode step (one new token per sequence)."""
+    ctx, model_id = build_context(body, catalogs)
+    cost = decode_cost(ctx, batch_size=body.batch_size, context_tokens=body.context_tokens)
+    return DecodeResponse.model_validate(
+        _echo(ctx, model_id, cost)
+        | {
+            "step_latency_s": cost.latency_s,
+            "tokens_per_s": body.batch_size / cost.latency_s,
+            "batch_size": body.batch_size,
+            "context_tokens": body.context_tokens,
+        }
+    )

@@ -1,0 +1,413 @@
+"""Achievable-rate cost of single GPU kernels: GEMM, attention, MoE experts, collectives.
+
+Every function is pure and broadcasts over numpy arrays. Each kernel is costed as the slower of its
+compute and its memory traffic at *achievable* rates, blended by a soft maximum (load and compute
+overlap imperfectly near the ridge point), plus a fixed per-kernel time:
+
+    t = t_fixed + (t_compute**p + t_memory**p) ** (1/p)                                  # Eq. (1)
+
+The achievable rates come from the GPU's datasheet peaks times its family's fitted fractions
+(``EfficiencyParams``), reduced by the *shape* of the work:
+
+- tile quantization: an ``m × n`` output is computed in ``tile_m × tile_n`` tiles, so a partly
+  filled edge tile costs a whole tile;
+- wave quantization: tiles run in waves of ``num_compute_units``; a last, partial wave idles SMs.
+  Split-K (stream-K) is assumed where the output alone cannot fill one wave, as cuBLAS and CUTLASS
+  do, so a skinny GEMM with a deep reduction still occupies the GPU;
+- the main-loop ramp: a tile spends a fixed prologue/epilogue equivalent to ``k_half`` reduction
+  steps, so efficiency grows as ``k / (k + k_half)``.
+
+References: NVIDIA, "Matrix Multiplication Background User's Guide" (tile and wave quantization);
+Williams, Waterman, Patterson, "Roofline", CACM 52(4), 2009; Osama et al., "Stream-K", PPoPP 2023.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from planner.hardware import GpuSpec
+
+FloatArray = NDArray[np.float64]
+
+#: soft-max exponent of Eq. (1): compute and memory phases overlap, but not perfectly
+OVERLAP_EXPONENT = 3.0
+
+
+def _soft_max(a: FloatArray, b: FloatArray, p: float = OVERLAP_EXPONENT) -> FloatArray:
+    """Smooth maximum ``(a^p + b^p)^(1/p)``; equals max(a, b) within 26% at p = 3."""
+    hi = np.maximum(a, b)
+    safe = np.where(hi > 0, hi, 1.0)
+    return np.where(hi > 0, safe * ((a / safe) ** p + (b / safe) ** p) ** (1.0 / p), 0.0)
+
+
+def compute_dtype_for(gpu: GpuSpec, weight_dtype: str) -> str:
+    """The tensor-core dtype a GEMM with these weights runs at on this GPU.
+
+    fp8/int8/fp4 weights use the matching tensor cores where the GPU has them; otherwise (and for int4,
+    which is weight-only in every engine we model) the weights are dequantized and the math is bf16.
+    """
+    if weight_dtype in ("fp8", "int8", "fp4") and gpu.supports(weight_dtype):
+        return weight_dtype
+    if weight_dtype == "fp4" and gpu.supports("fp8"):
+        return "fp8"  # no FP4 tensor cores: FP4 weights are upcast (e.g. Hopper runs MXFP4 as FP8/BF16)
+    if weight_dtype == "fp16" and gpu.supports("fp16"):
+        return "fp16"
+    return "bf16"
+
+
+def _peak(gpu: GpuSpec, dtype: str) -> float:
+    peak = gpu.peak_flops_per_s.get(dtype, 0.0)
+    if peak <= 0.0:
+        peak = gpu.peak_flops_per_s.get("bf16", 0.0)
+    return float(peak)
+
+
+def gemm_utilization(gpu: GpuSpec, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> FloatArray:
+    """Fraction of the GPU's tensor throughput a GEMM of this shape can use (tile × wave × ramp).
+
+    Parameters
+    ----------
+    m, n, k : array_like
+        Rows (tokens), output features and reduction depth [elements].
+    """
+    eff = gpu.efficiency
+    m = np.asarray(m, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    num_units = float(gpu.num_compute_units)
+    # Hopper's wgmma needs 64 rows: smaller token counts use the narrower tile (CUTLASS heuristics)
+    tile_m = np.where(m <= eff.gemm_tile_m / 2, eff.gemm_tile_m / 2, eff.gemm_tile_m)
+    tile_n = float(eff.gemm_tile_n)
+    tiles_m = np.ceil(m / tile_m)
+    tiles_n = np.ceil(n / tile_n)
+    tiles = tiles_m * tiles_n
+    tile_fill = (m * n) / (tiles * tile_m * tile_n)  # tile quantization
+    # split-K when the output cannot fill one wave, limited to chunks of at least 2·k_half
+    max_split = np.maximum(1.0, np.floor(k / (2.0 * eff.gemm_k_half)))
+    split = np.clip(np.floor(num_units / tiles), 1.0, max_split)
+    work_units = tiles * split
+    waves = np.ceil(work_units / num_units)
+    wave_fill = work_units / (waves * num_units)  # wave quantization
+    k_chunk = k / split
+    ramp = k_chunk / (k_chunk + eff.gemm_k_half)  # main-loop prologue/epilogue
+    return tile_fill * wave_fill * ramp
+
+
+def gemm_hbm_bytes(
+    gpu: GpuSpec,
+    m: ArrayLike,
+    n: ArrayLike,
+    k: ArrayLike,
+    *,
+    weight_bytes_per_element: float,
+    activation_bytes_per_element: float = 2.0,
+) -> FloatArray:
+    """HBM traffic of a tiled GEMM ``[m×k] · [k×n]``, counting re-reads the L2 cache cannot absorb.
+
+    A wave of ``num_compute_units`` tiles is rasterized in groups of about sqrt(units) rows of tiles
+    (the swizzle of CUTLASS/cuBLAS), so the weight matrix is streamed once per
+    ``tile_m · sqrt(units)`` tokens, and the activations once per ``tile_n · sqrt(units)`` outputs. When
+    an operand fits in half the L2 it is read from HBM once.
+    """
+    eff = gpu.efficiency
+    m = np.asarray(m, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    group = np.sqrt(float(gpu.num_compute_units))
+    w_bytes = n * k * weight_bytes_per_element
+    a_bytes = m * k * activation_bytes_per_element
+    c_bytes = m * n * activation_bytes_per_element
+    half_l2 = 0.5 * gpu.l2_cache_bytes
+    w_reads = np.where(w_bytes <= half_l2, 1.0, np.ceil(m / (eff.gemm_tile_m * group)))
+    a_reads = np.where(a_bytes <= half_l2, 1.0, np.ceil(n / (eff.gemm_tile_n * group)))
+    return w_bytes * w_reads + a_bytes * a_reads + c_bytes
+
+
+def gemm_time_s(
+    gpu: GpuSpec,
+    *,
+    m: ArrayLike,
+    n: ArrayLike,
+    k: ArrayLike,
+    compute_dtype: str = "bf16",
+    weight_bytes_per_element: float = 2.0,
+    efficiency_scale: float = 1.0,
+    count: ArrayLike = 1.0,
+) -> FloatArray:
+    """Time of ``count`` independent GEMMs of shape (m, n, k) on one GPU [s], Eq. (1).
+
+    Parameters
+    ----------
+    gpu : GpuSpec
+    m, n, k : array_like
+        Tokens, output features, input features.
+    compute_dtype : str
+        Tensor-core dtype (see :func:`compute_dtype_for`).
+    weight_bytes_per_element : float
+        Storage width of the weights [bytes] (0.5 for 4-bit).
+    efficiency_scale : float
+        Engine-specific multiplier of the family's peak fraction (``EngineProfile``).
+    count : array_like
+        Number of such GEMMs (e.g. layers); each pays its fixed time.
+    """
+    eff = gpu.efficiency
+    m = np.asarray(m, dtype=np.float64)
+    flops = 2.0 * m * np.asarray(n, dtype=np.float64) * np.asarray(k, dtype=np.float64)
+    peak_fraction = eff.gemm_peak_fraction.get(compute_dtype, eff.gemm_peak_fraction["bf16"])
+    rate = _peak(gpu, compute_dtype) * peak_fraction * efficiency_scale
+    t_compute = flops / (rate * gemm_utilization(gpu, m, n, k))
+    traffic = gemm_hbm_bytes(gpu, m, n, k, weight_bytes_per_element=weight_bytes_per_element)
+    t_memory = traffic / (gpu.hbm_bandwidth_bytes_per_s * eff.memory_bandwidth_fraction)
+    return np.asarray(count, dtype=np.float64) * (eff.kernel_fixed_s + _soft_max(t_compute, t_memory))
+
+
+def attention_flops(
+    *,
+    batch_size: ArrayLike,
+    q_tokens: ArrayLike,
+    cached_tokens: ArrayLike,
+    num_heads: ArrayLike,
+    head_dim: ArrayLike,
+    v_head_dim: ArrayLike,
+    sliding_window: ArrayLike = 0,
+) -> FloatArray:
+    """Causal attention FLOPs of ``q_tokens`` new queries over ``cached_tokens`` earlier ones plus themselves.
+
+    Query ``i`` (0-based among the new ones) sees ``cached + i + 1`` keys, capped by the window:
+    ``2·h·(d_qk + d_v)`` FLOPs per (query, key) pair (QKᵀ and PV).
+    """
+    b = np.asarray(batch_size, dtype=np.float64)
+    q = np.asarray(q_tokens, dtype=np.float64)
+    c = np.asarray(cached_tokens, dtype=np.float64)
+    w = np.asarray(sliding_window, dtype=np.float64)
+    pairs_full = q * c + q * (q + 1.0) / 2.0
+    # with a window w every query sees at most w keys
+    pairs = np.where(w > 0, np.minimum(pairs_full, q * w), pairs_full)
+    h = np.asarray(num_heads, dtype=np.float64)
+    d = np.asarray(head_dim, dtype=np.float64) + np.asarray(v_head_dim, dtype=np.float64)
+    return 2.0 * b * h * d * pairs
+
+
+def prefill_attention_time_s(
+    gpu: GpuSpec,
+    *,
+    batch_size: ArrayLike,
+    q_tokens: ArrayLike,
+    cached_tokens: ArrayLike = 0,
+    num_heads: ArrayLike,
+    num_kv_heads: ArrayLike,
+    head_dim: ArrayLike,
+    v_head_dim: ArrayLike | None = None,
+    sliding_window: ArrayLike = 0,
+    kv_bytes_per_element: float = 2.0,
+    compute_dtype: str = "bf16",
+    efficiency_scale: float = 1.0,
+) -> FloatArray:
+    """Flash-attention time of a prefill (or a later chunk) for one layer on one GPU [s].
+
+    Work is split into (batch × head × 128-query) blocks: wave quantization over the compute units and a
+    ramp ``q / (q + q_half)`` for the per-block prologue (loading Q, softmax state) make short prompts less
+    efficient. Memory: read Q, K, V (cached part included) and write O once.
+    """
+    eff = gpu.efficiency
+    b = np.asarray(batch_size, dtype=np.float64)
+    q = np.asarray(q_tokens, dtype=np.float64)
+    c = np.asarray(cached_tokens, dtype=np.float64)
+    h = np.asarray(num_heads, dtype=np.float64)
+    kvh = np.asarray(num_kv_heads, dtype=np.float64)
+    d = np.asarray(head_dim, dtype=np.float64)
+    dv = d if v_head_dim is None else np.asarray(v_head_dim, dtype=np.float64)
+    flops = attention_flops(
+        batch_size=b, q_tokens=q, cached_tokens=c, num_heads=h, head_dim=d, v_head_dim=dv,
+        sliding_window=sliding_window,
+    )
+    block_q = 128.0
+    blocks = b * h * np.ceil(q / block_q)
+    waves = np.ceil(blocks / gpu.num_compute_units)
+    wave_fill = blocks / (waves * gpu.num_compute_units)
+    ramp = (c + q) / (c + q + eff.attention_q_half)
+    peak_fraction = eff.attention_peak_fraction.get(compute_dtype, eff.attention_peak_fraction["bf16"])
+    rate = _peak(gpu, compute_dtype) * peak_fraction * efficiency_scale
+    t_compute = flops / (rate * wave_fill * ramp)
+    kv_tokens = c + q
+    bytes_moved = b * (q * h * (d + dv) * 2.0 + kv_tokens * kvh * (d + dv) * kv_bytes_per_element)
+    t_memory = bytes_moved / (gpu.hbm_bandwidth_bytes_per_s * eff.memory_bandwidth_fraction)
+    return eff.attention_fixed_s + _soft_max(t_compute, t_memory)
+
+
+def decode_attention_bytes(
+    *,
+    batch_size: ArrayLike,
+    context_tokens: ArrayLike,
+    num_kv_heads: ArrayLike,
+    head_dim: ArrayLike,
+    v_head_dim: ArrayLike | None = None,
+    sliding_window: ArrayLike = 0,
+    kv_bytes_per_element: float = 2.0,
+) -> FloatArray:
+    """KV-cache bytes one decode step reads for one layer: every cached token's K and V [bytes]."""
+    ctx = np.asarray(context_tokens, dtype=np.float64)
+    w = np.asarray(sliding_window, dtype=np.float64)
+    seen = np.where(w > 0, np.minimum(ctx, w), ctx)
+    d = np.asarray(head_dim, dtype=np.float64)
+    dv = d if v_head_dim is None else np.asarray(v_head_dim, dtype=np.float64)
+    return (
+        np.asarray(batch_size, dtype=np.float64) * seen * np.asarray(num_kv_heads, dtype=np.float64)
+        * (d + dv) * kv_bytes_per_element
+    )
+
+
+def decode_attention_time_s(
+    gpu: GpuSpec,
+    *,
+    batch_size: ArrayLike,
+    context_tokens: ArrayLike,
+    num_heads: ArrayLike,
+    num_kv_heads: ArrayLike,
+    head_dim: ArrayLike,
+    v_head_dim: ArrayLike | None = None,
+    sliding_window: ArrayLike = 0,
+    kv_bytes_per_element: float = 2.0,
+    efficiency_scale: float = 1.0,
+) -> FloatArray:
+    """Paged/flash-decoding attention time of one decode step for one layer on one GPU [s].
+
+    Memory-bound: it streams every cached K and V once (``context_tokens`` includes the new token).
+    Compute (``4·h·d`` FLOPs per cached token) matters only for wide GQA groups or MLA.
+    """
+    eff = gpu.efficiency
+    bytes_moved = decode_attention_bytes(
+        batch_size=batch_size, context_tokens=context_tokens, num_kv_heads=num_kv_heads,
+        head_dim=head_dim, v_head_dim=v_head_dim, sliding_window=sliding_window,
+        kv_bytes_per_element=kv_bytes_per_element,
+    )
+    flops = attention_flops(
+        batch_size=batch_size, q_tokens=1.0, cached_tokens=np.asarray(context_tokens) - 1.0,
+        num_heads=num_heads, head_dim=head_dim,
+        v_head_dim=head_dim if v_head_dim is None else v_head_dim, sliding_window=sliding_window,
+    )
+    bw = gpu.hbm_bandwidth_bytes_per_s * eff.decode_attention_bandwidth_fraction * efficiency_scale
+    t_memory = bytes_moved / bw
+    t_compute = flops / (_peak(gpu, "bf16") * eff.attention_peak_fraction["bf16"])
+    return eff.attention_fixed_s + _soft_max(t_compute, t_memory)
+
+
+def expected_distinct_experts(
+    num_tokens: ArrayLike, num_experts: ArrayLike, experts_per_token: ArrayLike
+) -> FloatArray:
+    """Expected number of distinct experts that ``num_tokens`` tokens route to (uniform routing).
+
+    Each token picks ``k`` of ``E`` experts; an expert is untouched with probability ``(1 - k/E)^T``.
+    """
+    t = np.asarray(num_tokens, dtype=np.float64)
+    e = np.asarray(num_experts, dtype=np.float64)
+    k = np.asarray(experts_per_token, dtype=np.float64)
+    return e * (1.0 - (1.0 - k / e) ** t)
+
+
+def moe_time_s(
+    gpu: GpuSpec,
+    *,
+    num_tokens: ArrayLike,
+    hidden_size: ArrayLike,
+    intermediate_size: ArrayLike,
+    experts_per_token: ArrayLike,
+    num_experts: ArrayLike,
+    moe_tp: ArrayLike = 1,
+    moe_ep: ArrayLike = 1,
+    gated: bool = True,
+    compute_dtype: str = "bf16",
+    weight_bytes_per_element: float = 2.0,
+    efficiency_scale: float = 1.0,
+) -> FloatArray:
+    """Routed-expert computation of one MoE layer on one GPU (grouped GEMMs), excluding communication [s].
+
+    The GPU holds ``E / ep`` experts, each sliced ``1 / tp`` wide. With balanced routing the local experts
+    receive ``T·k / ep`` token-slots, spread over the expected number of distinct local experts touched.
+    The grouped GEMM is costed as one GEMM with ``m`` = tokens per touched expert, repeated per expert,
+    sharing one launch (Eq. (1) with the fixed time paid once per matrix).
+    """
+    eff = gpu.efficiency
+    t = np.asarray(num_tokens, dtype=np.float64)
+    e = np.asarray(num_experts, dtype=np.float64)
+    k = np.asarray(experts_per_token, dtype=np.float64)
+    ep = np.asarray(moe_ep, dtype=np.float64)
+    tp = np.asarray(moe_tp, dtype=np.float64)
+    h = np.asarray(hidden_size, dtype=np.float64)
+    inter = np.asarray(intermediate_size, dtype=np.float64) / tp
+    local_experts = e / ep
+    touched = expected_distinct_experts(t, e, k) / ep
+    touched = np.clip(touched, 1.0, local_experts)
+    slots = t * k / ep
+    m_per_expert = np.maximum(slots / touched, 1.0)
+    up_n = inter * (2.0 if gated else 1.0)
+    peak_fraction = eff.gemm_peak_fraction.get(compute_dtype, eff.gemm_peak_fraction["bf16"])
+    rate = _peak(gpu, compute_dtype) * peak_fraction * efficiency_scale
+    bw = gpu.hbm_bandwidth_bytes_per_s * eff.memory_bandwidth_fraction
+    total = np.zeros(np.broadcast(t, h, inter, touched).shape)
+    for n_, k_ in ((up_n, h), (h, inter)):
+        # the grouped kernel's tiles from all touched experts share the waves
+        util = gemm_utilization(gpu, m_per_expert, n_ * touched, k_)
+        flops = 2.0 * slots * n_ * k_
+        t_compute = flops / (rate * util)
+        traffic = touched * n_ * k_ * weight_bytes_per_element + slots * (n_ + k_) * 2.0
+        total = total + eff.kernel_fixed_s + _soft_max(t_compute, traffic / bw)
+    # routing, permutation and the activation between the two GEMMs: streaming kernels
+    elementwise_bytes = slots * (up_n + 2.0 * h) * 2.0
+    return total + 2.0 * eff.kernel_fixed_s + elementwise_bytes / bw
+
+
+def allreduce_time_s(
+    gpu: GpuSpec,
+    *,
+    num_gpus: ArrayLike,
+    message_bytes: ArrayLike,
+    latency_s: float | None = None,
+    link_bandwidth_bytes_per_s: float | None = None,
+) -> FloatArray:
+    """Ring all-reduce of ``message_bytes`` across ``num_gpus`` GPUs [s].
+
+    ``t = α + 2 (n-1)/n · bytes / (β · link bandwidth)`` (Thakur, Rabenseifner, Gropp, IJHPCA 2005),
+    with α the fabric's fixed collective latency and β its achievable fraction (fitted on nccl-tests).
+    One GPU needs no all-reduce.
+    """
+    eff = gpu.efficiency
+    n = np.asarray(num_gpus, dtype=np.float64)
+    size = np.asarray(message_bytes, dtype=np.float64)
+    bw = gpu.scale_up_bandwidth_bytes_per_s if link_bandwidth_bytes_per_s is None else link_bandwidth_bytes_per_s
+    alpha = eff.collective_latency_s if latency_s is None else latency_s
+    t = alpha + 2.0 * (n - 1.0) / n * size / (bw * eff.link_bandwidth_fraction)
+    return np.where(n > 1, t, 0.0)
+
+
+def all_to_all_time_s(
+    gpu: GpuSpec,
+    *,
+    num_gpus: ArrayLike,
+    message_bytes: ArrayLike,
+    link_bandwidth_bytes_per_s: float | None = None,
+) -> FloatArray:
+    """All-to-all where each GPU sends ``message_bytes`` in total, (n-1)/n of it to peers [s]."""
+    eff = gpu.efficiency
+    n = np.asarray(num_gpus, dtype=np.float64)
+    size = np.asarray(message_bytes, dtype=np.float64)
+    bw = gpu.scale_up_bandwidth_bytes_per_s if link_bandwidth_bytes_per_s is None else link_bandwidth_bytes_per_s
+    t = eff.collective_latency_s + (n - 1.0) / n * size / (bw * eff.link_bandwidth_fraction)
+    return np.where(n > 1, t, 0.0)
+
+
+def p2p_time_s(gpu: GpuSpec, *, message_bytes: ArrayLike, link_bandwidth_bytes_per_s: float) -> FloatArray:
+    """Point-to-point send of activations between pipeline stages [s]."""
+    eff = gpu.efficiency
+    size = np.asarray(message_bytes, dtype=np.float64)
+    return eff.collective_latency_s + size / (link_bandwidth_bytes_per_s * eff.link_bandwidth_fraction)
+
+
+def streaming_time_s(gpu: GpuSpec, *, bytes_moved: ArrayLike, count: ArrayLike = 1.0) -> FloatArray:
+    """Elementwise kernels (norms, activations, residual adds, rotary): pure HBM streaming [s]."""
+    eff = gpu.efficiency
+    b = np.asarray(bytes_moved, dtype=np.float64)
+    return np.asarray(count, dtype=np.float64) * eff.kernel_fixed_s + b / (
+        gpu.hbm_bandwidth_bytes_per_s * eff.memory_bandwidth_fraction
+    )

@@ -1,0 +1,389 @@
+"""One prefill pass and one decode step of a whole model on one worker, operator by operator.
+
+A worker is ``tp · pp · dp`` GPUs. Per layer group of the model we cost, on one GPU:
+
+- the attention projections (column-split outputs, row-split inputs, replicated low-rank MLA adapters),
+- attention itself (flash prefill over the new tokens and any cached prefix; decode reads the KV cache;
+  MLA prefill expands the latent cache through ``kv_b``, MLA decode attends in the latent space),
+- the MLP, or the MoE (router, shared experts, routed experts over the expected distinct experts),
+- norms, activations and residual adds (HBM streaming),
+- TP all-reduce after the attention and FFN outputs, EP all-to-all (dispatch + combine) with expert
+  parallelism, and PP activation sends between stages,
+- the LM head on the last token of every sequence only,
+
+then add the engine's per-iteration host overhead. A pass's latency is the sum over all layers of all
+pipeline stages (a single batch crosses every stage). Everything broadcasts over numpy arrays of token
+counts so a serving model can tabulate many shapes in one call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from planner.costs import kernels as K
+from planner.costs.memory import kv_heads_per_gpu, memory_plan, moe_parallelism, validate_parallelism
+from planner.costs.types import Bound, CostContext, OperatorCost, PassCost
+from planner.errors import InvalidInput, ModelDoesNotFit
+from planner.models import LayerGroup, Linear
+from planner.units import DTYPE_BYTES
+
+FloatArray = NDArray[np.float64]
+
+ACT_BYTES = 2.0  # activations stay bf16/fp16 in every engine we model
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Op:
+    """An operator's totals over the pass (arrays broadcast over the token-count inputs)."""
+
+    name: str
+    time_s: FloatArray
+    flops: FloatArray
+    bytes_moved: FloatArray
+    kind: Bound
+
+
+def _linear_shape(lin: Linear, tp: int) -> tuple[int, int]:
+    """(n, k) of a linear layer's shard on one TP rank."""
+    if lin.split == "column":
+        return max(1, lin.out_features // tp), lin.in_features
+    if lin.split == "row":
+        return lin.out_features, max(1, lin.in_features // tp)
+    return lin.out_features, lin.in_features
+
+
+class _Pass:
+    """Accumulates operator costs for one pass; internal helper of prefill/decode below."""
+
+    def __init__(self, ctx: CostContext) -> None:
+        self.ctx = ctx
+        self.gpu = ctx.gpu
+        self.par = ctx.parallelism
+        self.w_bytes = DTYPE_BYTES[ctx.weight_dtype]
+        self.kv_bytes = DTYPE_BYTES[ctx.kv_dtype]
+        self.cdtype = K.compute_dtype_for(ctx.gpu, ctx.weight_dtype)
+        self.ops: dict[str, _Op] = {}
+
+    def add(self, name: str, kind: Bound, time_s, flops, bytes_moved) -> None:  # noqa: ANN001
+        t = np.asarray(time_s, dtype=np.float64)
+        f = np.asarray(flops, dtype=np.float64)
+        b = np.asarray(bytes_moved, dtype=np.float64)
+        if name in self.ops:
+            old = self.ops[name]
+            t, f, b = old.time_s + t, old.flops + f, old.bytes_moved + b
+        self.ops[name] = _Op(name=name, time_s=t, flops=f, bytes_moved=b, kind=kind)
+
+    def linear(self, name: str, lin: Linear, tokens: FloatArray, layers: float) -> None:
+        n, k = _linear_shape(lin, self.par.tp)
+        eng = self.ctx.engine
+        t = K.gemm_time_s(
+            self.gpu, m=tokens, n=n, k=k, compute_dtype=self.cdtype, weight_bytes_per_element=self.w_bytes,
+            efficiency_scale=eng.gemm_efficiency_scale, count=layers,
+        )
+        flops = layers * 2.0 * tokens * n * k
+        traffic = layers * K.gemm_hbm_bytes(self.gpu, tokens, n, k, weight_bytes_per_element=self.w_bytes)
+        self.add(name, "compute", t, flops, traffic)
+
+
+def _group_ops(
+    p: _Pass, group: LayerGroup, layers: float, *, tokens: FloatArray, batch: FloatArray,
+    q_tokens: FloatArray, cached: FloatArray, decode: bool,
+) -> None:
+    """Add one layer group's operators (``layers`` of its layers on one pipeline stage) to the pass."""
+    ctx, gpu, par = p.ctx, p.gpu, p.par
+    model = ctx.model
+    att = group.attention
+    hidden = model.hidden_size
+    tp = par.tp
+    # attention data parallelism: each dp rank runs attention on its share of the batch
+    att_tokens = tokens / par.dp
+    att_batch = np.maximum(batch / par.dp, 1.0)
+    for lin in model.attention_linears(group):
+        p.linear(f"attn.{lin.name}" if att.kind != "linear" else f"linear_attn.{lin.name}", lin, att_tokens,
+                 layers)
+    heads = max(1, att.num_heads // tp)
+    window = att.sliding_window or 0
+    eng = ctx.engine
+    if att.kind == "gqa":
+        kvh = kv_heads_per_gpu(att.num_kv_heads, tp)
+        if decode:
+            t = K.decode_attention_time_s(
+                gpu, batch_size=att_batch, context_tokens=cached + 1.0, num_heads=heads, num_kv_heads=kvh,
+                head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window,
+                kv_bytes_per_element=p.kv_bytes, efficiency_scale=eng.attention_efficiency_scale,
+            )
+            b = K.decode_attention_bytes(
+                batch_size=att_batch, context_tokens=cached + 1.0, num_kv_heads=kvh, head_dim=att.head_dim,
+                v_head_dim=att.v_head_dim, sliding_window=window, kv_bytes_per_element=p.kv_bytes,
+            )
+            f = K.attention_flops(batch_size=att_batch, q_tokens=1.0, cached_tokens=cached, num_heads=heads,
+                                  head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window)
+            p.add("attention.decode", "memory", layers * t, layers * f, layers * b)
+        else:
+            seqs = att_batch
+            t = K.prefill_attention_time_s(
+                gpu, batch_size=seqs, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
+                num_kv_heads=kvh, head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window,
+                kv_bytes_per_element=p.kv_bytes, efficiency_scale=eng.attention_efficiency_scale,
+            )
+            f = K.attention_flops(batch_size=seqs, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
+                                  head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window)
+            b = seqs * (q_tokens + cached) * kvh * (att.head_dim + att.v_head_dim) * p.kv_bytes
+            p.add("attention.prefill", "compute", layers * t, layers * f, layers * b)
+        # writing the new tokens' K and V into the paged cache
+        kv_write = att_tokens * kvh * (att.head_dim + att.v_head_dim) * p.kv_bytes
+        p.add("kv_cache.write", "memory", K.streaming_time_s(gpu, bytes_moved=layers * kv_write, count=layers),
+              0.0, layers * kv_write)
+    elif att.kind == "mla":
+        latent = att.kv_lora_rank + att.qk_rope_head_dim
+        if decode:
+            # absorbed MLA: all heads attend over the shared latent cache (one "KV head" of width `latent`)
+            t = K.decode_attention_time_s(
+                gpu, batch_size=att_batch, context_tokens=cached + 1.0, num_heads=heads, num_kv_heads=1,
+                head_dim=latent, v_head_dim=att.kv_lora_rank, kv_bytes_per_element=p.kv_bytes * 0.5,
+                efficiency_scale=eng.attention_efficiency_scale,
+            )
+            b = att_batch * (cached + 1.0) * latent * p.kv_bytes
+            f = K.attention_flops(batch_size=att_batch, q_tokens=1.0, cached_tokens=cached, num_heads=heads,
+                                  head_dim=latent, v_head_dim=att.kv_lora_rank)
+            p.add("attention.decode", "memory", layers * t, layers * f, layers * b)
+        else:
+            # the cached prefix's latents are expanded through kv_b like the new tokens' (MHA-style prefill)
+            if np.any(np.asarray(cached) > 0):
+                kv_b = next(lin for lin in model.attention_linears(group) if lin.name == "kv_b")
+                p.linear("attn.kv_b", kv_b, att_batch * cached, layers)
+            t = K.prefill_attention_time_s(
+                gpu, batch_size=att_batch, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
+                num_kv_heads=heads, head_dim=att.head_dim, v_head_dim=att.v_head_dim, kv_bytes_per_element=2.0,
+                efficiency_scale=eng.attention_efficiency_scale,
+            )
+            f = K.attention_flops(batch_size=att_batch, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
+                                  head_dim=att.head_dim, v_head_dim=att.v_head_dim)
+            b = att_batch * (q_tokens + cached) * heads * (att.head_dim + att.v_head_dim) * 2.0
+            p.add("attention.prefill", "compute", layers * t, layers * f, layers * b)
+        kv_write = att_tokens * latent * p.kv_bytes
+        p.add("kv_cache.write", "memory", K.streaming_time_s(gpu, bytes_moved=layers * kv_write, count=layers),
+              0.0, layers * kv_write)
+    else:  # linear attention: recurrent state update, chunked scan in prefill
+        nv = max(1, att.linear_num_value_heads // tp)
+        dk, dv = att.linear_key_head_dim, att.linear_value_head_dim
+        state_bytes = att_batch * nv * dk * dv * 4.0  # fp32 recurrent state
+        # delta-rule update and readout: ~ 6·dk·dv FLOPs per token and head
+        f = 6.0 * att_tokens * nv * dk * dv
+        io = 2.0 * state_bytes + att_tokens * nv * (2 * dk + 2 * dv) * ACT_BYTES
+        rate = gpu.peak_flops_per_s["bf16"] * gpu.efficiency.attention_peak_fraction["bf16"]
+        t = gpu.efficiency.kernel_fixed_s * 3 + np.maximum(
+            f / rate, io / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.memory_bandwidth_fraction)
+        )
+        p.add("linear_attention.scan", "memory" if decode else "compute", layers * t, layers * f, layers * io)
+
+    # TP all-reduce after the attention output projection
+    if tp > 1:
+        msg = att_tokens * hidden * ACT_BYTES
+        t = K.allreduce_time_s(gpu, num_gpus=tp, message_bytes=msg, latency_s=eng.allreduce_latency_s)
+        p.add("allreduce.attention", "communication", layers * t, 0.0, layers * 2.0 * msg)
+
+    # feed-forward
+    ffn = group.ffn
+    if ffn.kind == "dense":
+        for lin in model.ffn_linears(group):
+            p.linear(f"mlp.{lin.name}", lin, tokens, layers)
+        width = ffn.intermediate_size / tp
+        act_bytes = tokens * width * (3.0 if ffn.gated else 2.0) * ACT_BYTES
+        p.add("mlp.activation", "memory", K.streaming_time_s(gpu, bytes_moved=layers * act_bytes, count=layers),
+              layers * tokens * width * 4.0, layers * act_bytes)
+        ffn_comm_tokens = tokens
+        ffn_comm_gpus = tp
+    else:
+        moe_tp, moe_ep = moe_parallelism(par)
+        router = model.router_linear(group)
+        if router is not None:
+            p.linear("moe.router", router, tokens, layers)
+        if ffn.num_shared_experts > 0:
+            for lin in model.shared_expert_linears(group):
+                p.linear(f"moe.shared.{lin.name}", lin, tokens, layers)
+        all_tokens = tokens  # every token of the worker's batch is routed
+        t = K.moe_time_s(
+            gpu, num_tokens=all_tokens, hidden_size=hidden, intermediate_size=ffn.intermediate_size,
+            experts_per_token=ffn.num_experts_per_token, num_experts=ffn.num_experts, moe_tp=moe_tp,
+            moe_ep=moe_ep, gated=ffn.gated, compute_dtype=p.cdtype, weight_bytes_per_element=p.w_bytes,
+            efficiency_scale=eng.gemm_efficiency_scale,
+        )
+        mats = 3.0 if ffn.gated else 2.0
+        slots = all_tokens * ffn.num_experts_per_token / moe_ep
+        f = 2.0 * slots * mats * hidden * ffn.intermediate_size / moe_tp
+        touched = np.clip(K.expected_distinct_experts(all_tokens, ffn.num_experts, ffn.num_experts_per_token)
+                          / moe_ep, 1.0, ffn.num_experts / moe_ep)
+        b = touched * mats * hidden * ffn.intermediate_size / moe_tp * p.w_bytes
+        p.add("moe.experts", "compute", layers * t, layers * f, layers * b)
+        if moe_ep > 1:
+            # dispatch and combine: each GPU sends its tokens' hidden states to the experts' owners
+            msg = (tokens / par.dp) * ffn.num_experts_per_token * hidden * ACT_BYTES
+            t = K.all_to_all_time_s(gpu, num_gpus=moe_ep, message_bytes=msg)
+            p.add("alltoall.moe", "communication", layers * 2.0 * t, 0.0, layers * 2.0 * msg)
+        ffn_comm_tokens = tokens / par.dp
+        ffn_comm_gpus = tp
+    if ffn_comm_gpus > 1:
+        msg = ffn_comm_tokens * hidden * ACT_BYTES
+        t = K.allreduce_time_s(gpu, num_gpus=ffn_comm_gpus, message_bytes=msg, latency_s=eng.allreduce_latency_s)
+        p.add("allreduce.ffn", "communication", layers * t, 0.0, layers * 2.0 * msg)
+
+    # two RMSNorms, two residual adds and rotary per layer: read+write the hidden state ~8 times
+    norm_bytes = att_tokens * hidden * ACT_BYTES * 8.0
+    p.add("norms_residuals", "memory", K.streaming_time_s(gpu, bytes_moved=layers * norm_bytes, count=3 * layers),
+          layers * att_tokens * hidden * 10.0, layers * norm_bytes)
+
+
+def _run_pass(
+    ctx: CostContext, *, tokens: FloatArray, batch: FloatArray, q_tokens: FloatArray, cached: FloatArray,
+    decode: bool,
+) -> _Pass:
+    validate_parallelism(ctx)
+    p = _Pass(ctx)
+    pp = ctx.parallelism.pp
+    for group in ctx.model.layer_groups:
+        # all stages run in sequence for one batch: the whole group's layers count once per GPU-row
+        _group_ops(p, group, float(group.num_layers), tokens=tokens, batch=batch, q_tokens=q_tokens,
+                   cached=cached, decode=decode)
+    model = ctx.model
+    # LM head (vocab-parallel over TP) on the last position of every sequence, then the logits gather
+    lm_head = Linear(name="lm_head", in_features=model.hidden_size, out_features=model.vocab_size, split="column")
+    p.linear("lm_head", lm_head, batch, 1.0)
+    if ctx.parallelism.tp > 1:
+        msg = batch * model.vocab_size * 4.0
+        t = K.allreduce_time_s(ctx.gpu, num_gpus=ctx.parallelism.tp, message_bytes=msg / 2.0)
+        p.add("gather.logits", "communication", t, 0.0, msg)
+    # embedding lookup
+    emb = tokens * model.hidden_size * ACT_BYTES
+    p.add("embedding", "memory", K.streaming_time_s(ctx.gpu, bytes_moved=emb), 0.0, emb)
+    if pp > 1:
+        msg = tokens / ctx.parallelism.dp * model.hidden_size * ACT_BYTES
+        link = ctx.gpu.scale_up_bandwidth_bytes_per_s
+        t = (pp - 1) * K.p2p_time_s(ctx.gpu, message_bytes=msg, link_bandwidth_bytes_per_s=link)
+        p.add("pp.send_recv", "communication", t, 0.0, (pp - 1) * msg)
+    eng = ctx.engine
+    overhead = eng.step_overhead_s + eng.per_sequence_overhead_s * batch
+    p.add("engine.overhead", "overhead", overhead + 0.0 * tokens, 0.0, 0.0)
+    return p
+
+
+def prefill_latency_s(
+    ctx: CostContext, *, prompt_tokens: ArrayLike, batch_size: ArrayLike = 1, cached_tokens: ArrayLike = 0
+) -> FloatArray:
+    """Latency of one prefill pass [s], vectorized over prompt lengths, batch sizes and cached prefixes.
+
+    ``prompt_tokens`` counts the whole prompt of each sequence; ``cached_tokens`` of them are already in
+    the KV cache (a prefix-cache hit or the earlier chunks of a chunked prefill) and skip computation.
+    """
+    p = _prefill_pass(ctx, prompt_tokens, batch_size, cached_tokens)
+    return sum((op.time_s for op in p.ops.values()), np.zeros(()))
+
+
+def decode_latency_s(ctx: CostContext, *, batch_size: ArrayLike, context_tokens: ArrayLike) -> FloatArray:
+    """Latency of one decode step [s] for ``batch_size`` sequences of ``context_tokens`` cached tokens each."""
+    p = _decode_pass(ctx, batch_size, context_tokens)
+    return sum((op.time_s for op in p.ops.values()), np.zeros(()))
+
+
+def _prefill_pass(ctx: CostContext, prompt_tokens: ArrayLike, batch_size: ArrayLike, cached_tokens: ArrayLike) -> _Pass:
+    prompt = np.asarray(prompt_tokens, dtype=np.float64)
+    batch = np.asarray(batch_size, dtype=np.float64)
+    cached = np.asarray(cached_tokens, dtype=np.float64)
+    q = np.maximum(prompt - cached, 1.0)
+    return _run_pass(ctx, tokens=batch * q, batch=batch, q_tokens=q, cached=cached, decode=False)
+
+
+def _decode_pass(ctx: CostContext, batch_size: ArrayLike, context_tokens: ArrayLike) -> _Pass:
+    batch = np.asarray(batch_size, dtype=np.float64)
+    ctx_tokens = np.asarray(context_tokens, dtype=np.float64)
+    return _run_pass(ctx, tokens=batch, batch=batch, q_tokens=np.ones_like(batch), cached=ctx_tokens,
+                     decode=True)
+
+
+def _summarize(ctx: CostContext, p: _Pass, memory) -> PassCost:  # noqa: ANN001
+    gpu = ctx.gpu
+    peak = K._peak(gpu, p.cdtype)
+    breakdown = []
+    total_t = total_f = total_b = 0.0
+    for op in p.ops.values():
+        t, f, b = float(op.time_s), float(op.flops), float(op.bytes_moved)
+        total_t += t
+        total_f += f
+        total_b += b
+        kind = op.kind
+        if kind in ("compute", "memory"):
+            # the bound is whichever roofline leg is longer at achievable rates
+            t_c = f / (peak * gpu.efficiency.gemm_peak_fraction.get("bf16", 1.0)) if f else 0.0
+            t_m = b / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.memory_bandwidth_fraction) if b else 0.0
+            kind = "compute" if t_c >= t_m else "memory"
+        breakdown.append(
+            OperatorCost(
+                name=op.name, time_s=t, flops=f, bytes_moved=b, bound=kind,
+                arithmetic_intensity=f / b if b > 0 else 0.0,
+                mfu=f / (t * peak) if t > 0 else 0.0,
+                mbu=b / (t * gpu.hbm_bandwidth_bytes_per_s) if t > 0 else 0.0,
+            )
+        )
+    by_kind: dict[str, float] = {}
+    for op in breakdown:
+        by_kind[op.bound] = by_kind.get(op.bound, 0.0) + op.time_s
+    bound = max(by_kind, key=lambda k: by_kind[k])
+    return PassCost(latency_s=total_t, flops=total_f, bytes_moved=total_b, bound=bound,  # type: ignore[arg-type]
+                    breakdown=tuple(breakdown), memory=memory)
+
+
+def _check_scalar(name: str, value: int, minimum: int) -> None:
+    if int(value) != value or value < minimum:
+        raise InvalidInput(f"{name} must be an integer >= {minimum}, got {value!r}", field=name)
+
+
+def prefill_cost(ctx: CostContext, *, prompt_tokens: int, batch_size: int = 1, cached_tokens: int = 0) -> PassCost:
+    """One prefill pass of ``batch_size`` prompts of ``prompt_tokens`` tokens, with per-operator breakdown.
+
+    Raises ``ModelDoesNotFit`` when the weights and this batch's KV cache exceed the worker's memory.
+    """
+    _check_scalar("prompt_tokens", prompt_tokens, 1)
+    _check_scalar("batch_size", batch_size, 1)
+    _check_scalar("cached_tokens", cached_tokens, 0)
+    if cached_tokens >= prompt_tokens:
+        raise InvalidInput("cached_tokens must be smaller than prompt_tokens", field="cached_tokens")
+    plan = memory_plan(ctx, max_context_tokens=prompt_tokens)
+    _require_fit(ctx, plan, batch_size * prompt_tokens)
+    return _summarize(ctx, _prefill_pass(ctx, prompt_tokens, batch_size, cached_tokens), plan)
+
+
+def decode_cost(ctx: CostContext, *, batch_size: int, context_tokens: int) -> PassCost:
+    """One decode step: ``batch_size`` sequences each with ``context_tokens`` tokens already cached."""
+    _check_scalar("batch_size", batch_size, 1)
+    _check_scalar("context_tokens", context_tokens, 1)
+    plan = memory_plan(ctx, max_context_tokens=context_tokens + 1)
+    _require_fit(ctx, plan, batch_size * (context_tokens + 1))
+    return _summarize(ctx, _decode_pass(ctx, batch_size, context_tokens), plan)
+
+
+def _require_fit(ctx: CostContext, plan, needed_tokens: int) -> None:  # noqa: ANN001
+    if not plan.fits:
+        raise ModelDoesNotFit(
+            f"{ctx.model.id} ({ctx.weight_dtype}) needs {plan.weight_bytes_per_gpu / 1e9:.1f} GB of weights per GPU "
+            f"plus {plan.activation_bytes_per_gpu / 1e9:.1f} GB of activations, but {ctx.gpu.id} offers "
+            f"{(plan.memory_bytes - plan.reserved_bytes_per_gpu) / 1e9:.1f} GB usable: use more GPUs (tp/pp/ep) "
+            "or a narrower weight dtype",
+            weight_bytes_per_gpu=plan.weight_bytes_per_gpu,
+            activation_bytes_per_gpu=plan.activation_bytes_per_gpu,
+            usable_bytes_per_gpu=plan.memory_bytes - plan.reserved_bytes_per_gpu,
+            kv_capacity_tokens=plan.kv_capacity_tokens,
+            needed_kv_tokens=needed_tokens,
+        )
+    if plan.kv_capacity_tokens < needed_tokens:
+        raise ModelDoesNotFit(
+            f"the KV cache holds {plan.kv_capacity_tokens} tokens on this worker, but this pass needs "
+            f"{needed_tokens}: use a smaller batch, more GPUs or a narrower kv_dtype",
+            weight_bytes_per_gpu=plan.weight_bytes_per_gpu,
+            activation_bytes_per_gpu=plan.activation_bytes_per_gpu,
+            usable_bytes_per_gpu=plan.memory_bytes - plan.reserved_bytes_per_gpu,
+            kv_capacity_tokens=plan.kv_capacity_tokens,
+            needed_kv_tokens=needed_tokens,
+        )

@@ -1,0 +1,99 @@
+"""Inputs and outputs of the cost model: frozen, keyword-built, SI units."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from planner.hardware import GpuSpec
+from planner.models import ModelArchitecture
+
+Bound = Literal["compute", "memory", "communication", "overhead"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parallelism:
+    """Tensor, pipeline, attention-data and expert parallel degrees. GPUs per worker = tp·pp·dp."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineProfile:
+    """Per-engine costs that are not kernels: scheduling, launch, sampling (fitted, see fitted_on)."""
+
+    id: str
+    #: CPU/host time of one scheduler iteration that the GPU does not hide [s]
+    step_overhead_s: float
+    #: extra host time per sequence in the batch per iteration (sampling, detokenization) [s]
+    per_sequence_overhead_s: float
+    #: kernel-efficiency multipliers of this engine's kernels against the family fit (1 = same)
+    gemm_efficiency_scale: float = 1.0
+    attention_efficiency_scale: float = 1.0
+    #: custom all-reduce latency for small messages [s]
+    allreduce_latency_s: float | None = None
+    fitted_on: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostContext:
+    """Everything a pass cost depends on besides the token counts."""
+
+    model: ModelArchitecture
+    gpu: GpuSpec
+    engine: EngineProfile
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    parallelism: Parallelism = Parallelism()
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorCost:
+    """Cost of one operator summed over all layers of the pass, on one GPU."""
+
+    name: str
+    time_s: float
+    flops: float
+    bytes_moved: float
+    bound: Bound
+    #: flops / bytes_moved [FLOP/byte]
+    arithmetic_intensity: float
+    #: achieved flops / (time × dense peak)
+    mfu: float
+    #: achieved bytes / (time × HBM bandwidth)
+    mbu: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryPlan:
+    """Per-GPU memory budget of a worker."""
+
+    memory_bytes: float
+    weight_bytes_per_gpu: float
+    activation_bytes_per_gpu: float
+    reserved_bytes_per_gpu: float
+    kv_cache_bytes_per_gpu: float
+    #: KV bytes one token adds on one GPU (all layers of its pipeline stage, its TP share)
+    kv_bytes_per_token_per_gpu: float
+    #: how many tokens of KV the worker can hold
+    kv_capacity_tokens: int
+    fits: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassCost:
+    """One prefill pass or one decode step on one worker."""
+
+    latency_s: float
+    flops: float
+    bytes_moved: float
+    bound: Bound
+    breakdown: tuple[OperatorCost, ...]
+    memory: MemoryPlan

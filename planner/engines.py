@@ -1,0 +1,50 @@
+"""Serving-engine profiles (vLLM, SGLang, TensorRT-LLM): host overheads and kernel-efficiency scales.
+
+The numbers live in ``planner/calibration/engines.json``, written by ``scripts/fit_kernels.py`` (kernel
+scales, custom all-reduce latency, from the H100 kernel tables) and ``scripts/fit_engines.py`` (per-step
+and per-sequence host overhead, from the H100 serving benchmarks); each entry says what it was fitted on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+
+from planner.costs.types import EngineProfile
+from planner.errors import InvalidInput
+
+ENGINE_IDS = ("vllm", "sglang", "trtllm")
+CALIBRATION_FILE = Path(__file__).resolve().parent / "calibration" / "engines.json"
+
+
+@lru_cache(maxsize=1)
+def load_engine_profiles() -> Mapping[str, EngineProfile]:
+    """The built-in engine profiles, keyed by engine id."""
+    raw = json.loads(CALIBRATION_FILE.read_text())
+    profiles = {}
+    for engine_id in ENGINE_IDS:
+        entry = raw[engine_id]
+        profiles[engine_id] = EngineProfile(
+            id=engine_id,
+            step_overhead_s=float(entry["step_overhead_s"]),
+            per_sequence_overhead_s=float(entry["per_sequence_overhead_s"]),
+            gemm_efficiency_scale=float(entry["gemm_efficiency_scale"]),
+            attention_efficiency_scale=float(entry["attention_efficiency_scale"]),
+            allreduce_latency_s=(
+                None if entry.get("allreduce_latency_s") is None else float(entry["allreduce_latency_s"])
+            ),
+            fitted_on=str(entry.get("fitted_on", "")),
+        )
+    return MappingProxyType(profiles)
+
+
+def find_engine(engine_id: str) -> EngineProfile:
+    """The profile of ``engine_id`` (case-insensitive); ``InvalidInput`` naming the choices otherwise."""
+    profiles = load_engine_profiles()
+    key = engine_id.lower()
+    if key not in profiles:
+        raise InvalidInput(f"unknown engine {engine_id!r}; choose one of {', '.join(ENGINE_IDS)}", field="engine")
+    return profiles[key]

@@ -1,0 +1,269 @@
+"""Fit the Hopper family's efficiency parameters and the engines' kernel scales to the H100 kernel tables.
+
+Usage::
+
+    python scripts/fit_kernels.py            # fit, print the parameters and the in-sample errors
+    python scripts/fit_kernels.py --write    # also rewrite hardware_catalog/families/hopper.json and the
+                                             # kernel fields of planner/calibration/engines.json
+
+Data: ``../shared/data/kernels/h100_sxm/`` (TensorRT-LLM 1.3.0rc20 and vLLM 0.24.0 kernel timings, mean
+of CUDA-graph replays). Only the *fit* rows (``~holdout_mask``) are used; the held-out rows are scored by
+``scripts/accuracy_report.py``. Each stage fits a few physically meaningful parameters by robust least
+squares on ``log(predicted / measured)`` (scipy.optimize.least_squares, soft-L1 loss), keeping the
+parameters of earlier stages fixed:
+
+1. GEMM (bf16 from both engines, fp8 per-tensor from TensorRT-LLM): peak fractions per dtype, the
+   main-loop ``k_half``, the streaming bandwidth fraction and the fixed kernel time.
+2. Prefill (context) attention, bf16, both engines: attention peak fraction, ``q_half``, fixed time.
+3. Decode (generation) attention, bf16 KV: the KV-streaming bandwidth fraction.
+4. nccl-tests all-reduce (fp16, NCCL 2.27/2.29): link bandwidth fraction and collective latency.
+5. Per engine: a GEMM and an attention efficiency multiplier against the family (vLLM, TensorRT-LLM;
+   SGLang's kernels are vLLM's FlashAttention/cuBLAS family and it has no tables, so it takes vLLM's),
+   and each engine's CUDA-graph custom all-reduce latency (median of messages <= 64 KiB, whose time is
+   latency-dominated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from planner.costs import kernels as K  # noqa: E402
+from planner.hardware import EfficiencyParams, GpuSpec, find_gpu, load_catalog  # noqa: E402
+from planner.validation.datasets import holdout_mask, kernel_table  # noqa: E402
+
+DEFAULT_SHARED = ROOT.parent / "shared"
+FAMILY_FILE = ROOT / "hardware_catalog" / "families" / "hopper.json"
+ENGINE_FILE = ROOT / "planner" / "calibration" / "engines.json"
+TABLES = [
+    ("trtllm", "gemm", "bf16"), ("vllm", "gemm", "bf16"), ("trtllm", "gemm", "fp8"),
+    ("trtllm", "context_attention", "bf16"), ("vllm", "context_attention", "bf16"),
+    ("trtllm", "generation_attention", "bf16"), ("vllm", "generation_attention", "bf16"),
+    ("nccl", "all_reduce", "fp16"), ("trtllm", "custom_allreduce", "bf16"), ("vllm", "custom_allreduce", "bf16"),
+    ("sglang", "custom_allreduce", "bf16"),
+]
+MAX_FIT_ROWS = 12000  # per table, deterministic subsample of the fit rows (keeps the fit under a minute)
+
+
+def _fit_rows(table: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    keep = ~holdout_mask(table)
+    idx = np.flatnonzero(keep)
+    if idx.size > MAX_FIT_ROWS:
+        idx = idx[np.linspace(0, idx.size - 1, MAX_FIT_ROWS).astype(int)]
+    return {k: v[idx] for k, v in table.items()}
+
+
+def _with(gpu: GpuSpec, **changes: object) -> GpuSpec:
+    return dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency, **changes))
+
+
+def _log_ratio(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    return np.log(np.maximum(pred, 1e-12) / meas)
+
+
+def _ape(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
+    e = np.abs(pred / meas - 1.0) * 100
+    return float(np.median(e)), float(np.percentile(e, 90))
+
+
+def fit_gemm(gpu: GpuSpec, tables: dict[str, dict[str, np.ndarray]]) -> tuple[GpuSpec, dict]:
+    bf16 = [tables[("trtllm", "gemm", "bf16")], tables[("vllm", "gemm", "bf16")]]
+    fp8 = [tables[("trtllm", "gemm", "fp8")]]
+
+    def model(theta: np.ndarray) -> GpuSpec:
+        f_bf16, f_fp8, k_half, f_mem, fixed_us = theta
+        return _with(gpu, gemm_peak_fraction={"bf16": f_bf16, "fp16": f_bf16, "fp8": f_fp8, "int8": f_fp8,
+                                              "fp4": f_fp8},
+                     gemm_k_half=k_half, memory_bandwidth_fraction=f_mem, kernel_fixed_s=fixed_us * 1e-6)
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        g = model(theta)
+        out = []
+        for t in bf16:
+            pred = K.gemm_time_s(g, m=t["m"], n=t["n"], k=t["k"], compute_dtype="bf16", weight_bytes_per_element=2)
+            out.append(_log_ratio(pred, t["latency_ms"] * 1e-3))
+        for t in fp8:
+            pred = K.gemm_time_s(g, m=t["m"], n=t["n"], k=t["k"], compute_dtype="fp8", weight_bytes_per_element=1)
+            out.append(_log_ratio(pred, t["latency_ms"] * 1e-3))
+        return np.concatenate(out)
+
+    res = least_squares(residuals, x0=[0.8, 0.7, 64.0, 0.8, 3.0], loss="soft_l1", f_scale=0.1,
+                        bounds=([0.3, 0.2, 1.0, 0.3, 0.5], [1.0, 1.0, 2048.0, 1.0, 30.0]))
+    return model(res.x), {"theta": res.x.tolist(), "names": ["f_bf16", "f_fp8", "k_half", "f_mem", "fixed_us"]}
+
+
+def _ctx_attention_pred(g: GpuSpec, t: dict[str, np.ndarray], scale: float = 1.0) -> np.ndarray:
+    return K.prefill_attention_time_s(
+        g, batch_size=t["batch_size"], q_tokens=t["seq_len"], cached_tokens=0, num_heads=t["num_heads"],
+        num_kv_heads=t["num_key_value_heads"], head_dim=t["head_dim"], sliding_window=t["window_size"],
+        kv_bytes_per_element=2.0, efficiency_scale=scale,
+    )
+
+
+def _gen_attention_pred(g: GpuSpec, t: dict[str, np.ndarray], scale: float = 1.0) -> np.ndarray:
+    return K.decode_attention_time_s(
+        g, batch_size=t["batch_size"], context_tokens=t["kv_cached"] + 1, num_heads=t["num_heads"],
+        num_kv_heads=t["num_key_value_heads"], head_dim=t["head_dim"], sliding_window=t["window_size"],
+        kv_bytes_per_element=2.0, efficiency_scale=scale,
+    )
+
+
+def _bf16_attention(t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    keep = (t["kv_cache_dtype"] == "bfloat16") & (t["attn_dtype"] == "bfloat16")
+    return {k: v[keep] for k, v in t.items()}
+
+
+def fit_attention(gpu: GpuSpec, tables: dict) -> tuple[GpuSpec, dict]:
+    ctx = [_bf16_attention(tables[(e, "context_attention", "bf16")]) for e in ("trtllm", "vllm")]
+    gen = [_bf16_attention(tables[(e, "generation_attention", "bf16")]) for e in ("trtllm", "vllm")]
+
+    def model(theta: np.ndarray) -> GpuSpec:
+        f_att, q_half, fixed_us, f_dec = theta
+        return _with(gpu, attention_peak_fraction={"bf16": f_att, "fp16": f_att, "fp8": f_att * 0.75},
+                     attention_q_half=q_half, attention_fixed_s=fixed_us * 1e-6,
+                     decode_attention_bandwidth_fraction=f_dec)
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        g = model(theta)
+        out = [_log_ratio(_ctx_attention_pred(g, t), t["latency_ms"] * 1e-3) for t in ctx]
+        out += [_log_ratio(_gen_attention_pred(g, t), t["latency_ms"] * 1e-3) for t in gen]
+        return np.concatenate(out)
+
+    res = least_squares(residuals, x0=[0.5, 256.0, 8.0, 0.7], loss="soft_l1", f_scale=0.1,
+                        bounds=([0.1, 1.0, 0.5, 0.2], [1.0, 16384.0, 60.0, 1.0]))
+    return model(res.x), {"theta": res.x.tolist(), "names": ["f_att", "q_half", "fixed_us", "f_dec"]}
+
+
+def fit_allreduce(gpu: GpuSpec, nccl: dict[str, np.ndarray]) -> tuple[GpuSpec, dict]:
+    keep = (nccl["collective"] == "all_reduce") & (nccl["nccl_dtype"] == "half")
+    t = {k: v[keep] for k, v in nccl.items()}
+
+    def model(theta: np.ndarray) -> GpuSpec:
+        f_link, lat_us = theta
+        return _with(gpu, link_bandwidth_fraction=f_link, collective_latency_s=lat_us * 1e-6)
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        g = model(theta)
+        pred = K.allreduce_time_s(g, num_gpus=t["num_gpus"], message_bytes=t["message_bytes"])
+        return _log_ratio(pred, t["latency_ms"] * 1e-3)
+
+    res = least_squares(residuals, x0=[0.7, 15.0], loss="soft_l1", f_scale=0.1,
+                        bounds=([0.1, 1.0], [1.0, 200.0]))
+    return model(res.x), {"theta": res.x.tolist(), "names": ["f_link", "latency_us"]}
+
+
+def fit_engine_scales(gpu: GpuSpec, tables: dict) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for engine in ("trtllm", "vllm"):
+        g_tab = tables[(engine, "gemm", "bf16")]
+        big = g_tab["m"] >= 256  # the multiplier acts on compute; fit it where compute binds
+
+        def r_gemm(theta: np.ndarray, t=g_tab, big=big) -> np.ndarray:
+            pred = K.gemm_time_s(gpu, m=t["m"][big], n=t["n"][big], k=t["k"][big], compute_dtype="bf16",
+                                 weight_bytes_per_element=2, efficiency_scale=theta[0])
+            return _log_ratio(pred, t["latency_ms"][big] * 1e-3)
+
+        s_gemm = least_squares(r_gemm, x0=[1.0], bounds=([0.5], [1.5]), loss="soft_l1", f_scale=0.1).x[0]
+        a_tab = _bf16_attention(tables[(engine, "context_attention", "bf16")])
+        long = a_tab["seq_len"] >= 1024
+
+        def r_att(theta: np.ndarray, t=a_tab, long=long) -> np.ndarray:
+            sub = {k: v[long] for k, v in t.items()}
+            return _log_ratio(_ctx_attention_pred(gpu, sub, theta[0]), sub["latency_ms"] * 1e-3)
+
+        s_att = least_squares(r_att, x0=[1.0], bounds=([0.5], [1.5]), loss="soft_l1", f_scale=0.1).x[0]
+        ar = tables[(engine, "custom_allreduce", "bf16")]
+        graph = np.array(["graph" in str(b) or str(b) == "trtllm" for b in ar.get("backend", ar.get(
+            "implementation", np.array(["trtllm"] * len(ar["latency_ms"]))))])
+        small = graph & (ar["message_bytes"] <= 65536)
+        lat = float(np.median(ar["latency_ms"][small]) * 1e-3)
+        out[engine] = {"gemm_efficiency_scale": round(float(s_gemm), 4),
+                       "attention_efficiency_scale": round(float(s_att), 4),
+                       "allreduce_latency_s": round(lat, 8)}
+    sg = tables.get(("sglang", "custom_allreduce", "bf16"))
+    out["sglang"] = dict(out["vllm"])
+    if sg is not None:
+        graph = np.array(["graph" in str(b) for b in sg["backend"]])
+        small = graph & (sg["message_bytes"] <= 65536)
+        out["sglang"]["allreduce_latency_s"] = round(float(np.median(sg["latency_ms"][small]) * 1e-3), 8)
+    return out
+
+
+def report(gpu: GpuSpec, tables: dict) -> None:
+    for key in (("trtllm", "gemm", "bf16"), ("vllm", "gemm", "bf16"), ("trtllm", "gemm", "fp8")):
+        t = tables[key]
+        dt = "fp8" if key[2] == "fp8" else "bf16"
+        pred = K.gemm_time_s(gpu, m=t["m"], n=t["n"], k=t["k"], compute_dtype=dt,
+                             weight_bytes_per_element=1 if dt == "fp8" else 2)
+        print(f"  fit-rows {key}: median/p90 APE = %.1f / %.1f %%" % _ape(pred, t["latency_ms"] * 1e-3))
+    for e in ("trtllm", "vllm"):
+        t = _bf16_attention(tables[(e, "context_attention", "bf16")])
+        print(f"  fit-rows {e} context attention: %.1f / %.1f %%" % _ape(_ctx_attention_pred(gpu, t),
+                                                                          t["latency_ms"] * 1e-3))
+        t = _bf16_attention(tables[(e, "generation_attention", "bf16")])
+        print(f"  fit-rows {e} generation attention: %.1f / %.1f %%" % _ape(_gen_attention_pred(gpu, t),
+                                                                             t["latency_ms"] * 1e-3))
+
+
+def _params_json(eff: EfficiencyParams, fitted_on: str) -> dict:
+    d = dataclasses.asdict(eff)
+    d["fitted_on"] = fitted_on
+
+    def rnd(x: object) -> object:
+        if isinstance(x, float):
+            return float(f"{x:.5g}")
+        if isinstance(x, dict):
+            return {k: rnd(v) for k, v in sorted(x.items())}
+        return x
+
+    return {k: rnd(v) for k, v in d.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shared", type=Path, default=DEFAULT_SHARED)
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    tables = {key: _fit_rows(kernel_table(args.shared, key)) for key in TABLES}
+    gpu = find_gpu(load_catalog(), "h100-sxm")
+    gpu, gemm = fit_gemm(gpu, tables)
+    print("GEMM:", dict(zip(gemm["names"], np.round(gemm["theta"], 4))))
+    gpu, att = fit_attention(gpu, tables)
+    print("attention:", dict(zip(att["names"], np.round(att["theta"], 4))))
+    gpu, ar = fit_allreduce(gpu, tables[("nccl", "all_reduce", "fp16")])
+    print("all-reduce:", dict(zip(ar["names"], np.round(ar["theta"], 4))))
+    engines = fit_engine_scales(gpu, tables)
+    print("engines:", engines)
+    report(gpu, tables)
+    if args.write:
+        fitted_on = (
+            "scripts/fit_kernels.py on the fit rows (~holdout_mask) of shared/data/kernels/h100_sxm: GEMM bf16 "
+            "(TensorRT-LLM 1.3.0rc20 + vLLM 0.24.0), GEMM fp8 (TensorRT-LLM), context and generation attention "
+            "bf16 (both engines), nccl-tests all_reduce fp16 (NCCL 2.27.3/2.29.2); H100 SXM only"
+        )
+        family = {"family": "hopper", **_params_json(gpu.efficiency, fitted_on)}
+        FAMILY_FILE.write_text(json.dumps(family, indent=2, sort_keys=True) + "\n")
+        current = json.loads(ENGINE_FILE.read_text())
+        for engine, fields in engines.items():
+            current[engine].update(fields)
+            note = current[engine].get("fitted_on", "")
+            kern = ("kernel scales and all-reduce latency: scripts/fit_kernels.py on shared/data/kernels/h100_sxm"
+                    + (" (SGLang has no GEMM/attention tables: takes vLLM's scales)" if engine == "sglang" else ""))
+            parts = [p for p in note.split("; ") if p and not p.startswith("kernel scales") and
+                     not p.startswith("initial values")]
+            current[engine]["fitted_on"] = "; ".join([kern, *parts])
+        ENGINE_FILE.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
+        print("wrote", FAMILY_FILE, ENGINE_FILE)
+
+
+if __name__ == "__main__":
+    main()
