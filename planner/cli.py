@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -9,7 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from planner.units import BYTES_PER_GB, DTYPE_BYTES, TERA
+from planner.errors import PlannerError
+from planner.units import BYTES_PER_GIB, DTYPE_BYTES, TERA
 
 app = typer.Typer(help="Analytical capacity planner for LLM serving.", no_args_is_help=True)
 
@@ -21,6 +24,16 @@ HardwareDir = Annotated[
         help="Directory of extra accelerator files merged over the built-in catalog.",
     ),
 ]
+
+
+@contextmanager
+def _domain_errors_exit() -> Iterator[None]:
+    """Report a domain error (a bad catalog file, say) as one line on stderr and exit 1."""
+    try:
+        yield
+    except PlannerError as exc:
+        Console(stderr=True).print(f"[red]{type(exc).__name__}[/red]: {exc.detail}", highlight=False)
+        raise typer.Exit(1) from None
 
 
 def _figure(value: float | None, scale: float, digits: int = 1) -> str:
@@ -38,8 +51,12 @@ def serve(
 
     from planner.api import create_app
     from planner.api.settings import Settings
+    from planner.hardware import load_catalog
 
     settings = Settings(hardware_dir=hardware_dir) if hardware_dir is not None else None
+    if hardware_dir is not None:
+        with _domain_errors_exit():  # fail at start, not on the first request
+            load_catalog(hardware_dir)
     uvicorn.run(create_app(settings), host=host, port=port)
 
 
@@ -49,17 +66,21 @@ def gpus(hardware_dir: HardwareDir = None) -> None:
     from planner.hardware import load_catalog
 
     table = Table(title="Accelerators")
-    for header in ("id", "name", "HBM [GB]", "HBM [TB/s]", "bf16 [TFLOP/s]", "fp8 [TFLOP/s]", "efficiency"):
-        table.add_column(header, justify="left" if header in ("id", "name", "efficiency") else "right")
-    for spec in sorted(load_catalog(hardware_dir).values(), key=lambda s: s.id):
+    headers = ("id", "name", "HBM [GiB]", "HBM [TB/s]", "bf16 [TFLOP/s]", "fp8 [TFLOP/s]", "efficiencies")
+    for header in headers:
+        left = header in ("id", "name", "efficiencies")
+        table.add_column(header, justify="left" if left else "right", no_wrap=header == "id")
+    with _domain_errors_exit():
+        catalog = load_catalog(hardware_dir)
+    for spec in sorted(catalog.values(), key=lambda s: s.id):
         table.add_row(
             spec.id,
             f"{spec.vendor} {spec.name}",
-            _figure(spec.memory_bytes, BYTES_PER_GB, 0),
+            _figure(spec.memory_bytes, BYTES_PER_GIB, 0),
             _figure(spec.hbm_bandwidth_bytes_per_s, TERA, 2),
             _figure(spec.peak_flops_per_s.get("bf16"), TERA, 0),
             _figure(spec.peak_flops_per_s.get("fp8"), TERA, 0),
-            spec.efficiency_origin + (" (inherited)" if spec.efficiency_inherited else ""),
+            spec.family + (" (inherited)" if spec.efficiency_inherited else " (fitted)"),
         )
     Console().print(table)
 
@@ -69,12 +90,15 @@ def models() -> None:
     """List the model catalog."""
     from planner.models import load_model_catalog
 
-    catalog = load_model_catalog()
+    with _domain_errors_exit():
+        catalog = load_model_catalog()
     table = Table(title="Models")
     for header in ("id", "type", "layers", "total params [B]", "active params [B]", "KV bytes/token"):
-        table.add_column(header, justify="left" if header in ("id", "type") else "right")
-    for model_id in sorted(catalog.ids()):
-        arch = catalog.get(model_id)
+        left = header in ("id", "type")
+        table.add_column(header, justify="left" if left else "right", no_wrap=header == "id")
+    for model_id in catalog.ids():
+        with _domain_errors_exit():
+            arch = catalog.get(model_id)
         kv_dtype = arch.default_kv_dtype(arch.native_weight_dtype or "bf16")
         table.add_row(
             model_id,

@@ -36,6 +36,9 @@ def load_engine_profiles() -> Mapping[str, EngineProfile]:
             allreduce_latency_s=(
                 None if entry.get("allreduce_latency_s") is None else float(entry["allreduce_latency_s"])
             ),
+            attention_fixed_s=(
+                None if entry.get("attention_fixed_s") is None else float(entry["attention_fixed_s"])
+            ),
             fitted_on=str(entry.get("fitted_on", "")),
         )
     return MappingProxyType(profiles)

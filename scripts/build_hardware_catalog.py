@@ -346,12 +346,16 @@ FP16_OVERRIDES: Mapping[str, tuple[Decimal | None, str]] = {
         "(NOT equal to BF16)', S7 ml-engineering)",
     ),
 }
+GAUDI3_CLOCK = (
+    "Whitepaper figure; parts reportedly ship at 1,600 MHz, giving about 1,677 TFLOPS (CSV notes, S7): "
+    "approximate as an achievable clock"
+)
 #: remarks appended to one figure's source: (id, field or "peak_flops_per_s.<dtype>") -> text
 REMARKS: Mapping[tuple[str, str], str] = {
-    ("gaudi3", "peak_flops_per_s.bf16"): "Whitepaper figure; parts reportedly ship at 1,600 MHz, giving about "
-    "1,677 TFLOPS (CSV notes, S7): approximate as an achievable clock",
-    ("gaudi3", "peak_flops_per_s.fp8"): "Whitepaper figure; parts reportedly ship at 1,600 MHz, giving about "
-    "1,677 TFLOPS (CSV notes, S7): approximate as an achievable clock",
+    ("gaudi3", "peak_flops_per_s.bf16"): GAUDI3_CLOCK,
+    ("gaudi3", "peak_flops_per_s.fp8"): GAUDI3_CLOCK,
+    ("gaudi2", "peak_flops_per_s.fp16"): "Approximate: Intel publishes BF16 only; FP16 assumed at the BF16 "
+    "rate (on Gaudi 3 it is a quarter of it)",
     ("mi250x", "peak_flops_per_s.fp32"): "Matrix FP32 is 95.7 TFLOPS (CSV notes)",
     ("b300", "peak_flops_per_s.int8"): "INT8 is cut on Blackwell Ultra (CSV notes; ml-engineering's 4,500 "
     "conflicts)",
@@ -366,7 +370,8 @@ REMARKS: Mapping[tuple[str, str], str] = {
     "(CSV notes)",
     ("h800-sxm", "scale_up_bandwidth_bytes_per_s"): "DeepEP measures about 153-158 GB/s achievable "
     "intranode (CSV notes, S13)",
-    ("l4", "scale_up_bandwidth_bytes_per_s"): "No NVLink: this is the PCIe Gen4 x16 host link, as the CSV gives it",
+    ("l4", "scale_up_bandwidth_bytes_per_s"): "No NVLink: this is the PCIe Gen4 x16 host link, as the CSV "
+    "gives it",
     ("l40s", "scale_up_bandwidth_bytes_per_s"): "No NVLink: this is the PCIe Gen4 x16 host link, as the CSV "
     "gives it",
     ("l4", "scale_up_domain_size"): "The CSV counts PCIe-only cards as a domain of 1",
@@ -420,8 +425,8 @@ def _codes(row: Mapping[str, str]) -> str:
 
 def _cite(row: Mapping[str, str], *cells: str) -> str:
     """``CSV col=raw, ... [row sources S1,S12,...]``: the row's cells in gpus_datasheet.csv."""
-    shown = "".join(f" {col}={row[col].strip() or 'blank'}," for col in cells)
-    return f"CSV{shown} {_codes(row)}"
+    shown = ", ".join(f"{col}={row[col].strip() or 'blank'}" for col in cells) or "notes"
+    return f"CSV {shown} {_codes(row)}"
 
 
 def _memory(row: Mapping[str, str]) -> dict[str, Any]:
@@ -441,7 +446,8 @@ def _memory(row: Mapping[str, str]) -> dict[str, Any]:
     if reported is not None:
         if not Decimal("0.98") <= reported / gb <= Decimal(1):
             raise SystemExit(f"{gpu_id}: reported GiB {reported} disagrees with {gb}; add a MEMORY_OVERRIDE")
-        reason += f"; the GiB reading {reported} agrees" + (" (less a driver reserve)" if reported < gb else "")
+        reserve = " (less a driver reserve)" if reported < gb else ""
+        reason += f"; the GiB reading {reported} agrees{reserve}"
     reason += "; the decimal reading is rejected"
     cells = ("hbm_capacity_gb", "hbm_capacity_gib_reported", "hbm_capacity_gib_if_decimal")
     return _figure(gb * GIB, "bytes", f"{reason}. {_cite(row, *cells)}")
@@ -463,10 +469,11 @@ def _peak_flops(row: Mapping[str, str]) -> dict[str, Any]:
             continue
         what = "dense TOPS" if dtype == "int8" else "dense TFLOPS"
         if dtype == "fp32":
-            what = "TFLOPS, non-tensor (vector) FP32"
+            vector = "FP32 is non-tensor" in row["vendor_sheet_sparsity_convention"]
+            what = "TFLOPS, non-tensor (vector) FP32" if vector else "TFLOPS FP32 as listed"
         if dtype == "fp16":
             what = "dense TFLOPS (the CSV's BF16/FP16 column)"
-        source = f"{tflops} {what}, sheet convention in notes. {_cite(row, column)}"
+        source = f"{tflops} {what}. {_cite(row, column)}"
         flops[dtype] = _figure(tflops * TERA, "FLOP/s", source)
     if not flops:
         raise SystemExit(f"{row['id']}: no peak FLOP/s figure")
@@ -488,7 +495,8 @@ def _scale_up(row: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
         size, reason = DOMAIN_FILLS[row["id"]]
         domain = _figure(size, "count", f"{size} GPUs: {reason}. {_cite(row, 'max_scale_up_domain')}")
     else:
-        domain = _figure(domain_text, "count", f"{domain_text} GPUs. {_cite(row, 'max_scale_up_domain')}")
+        what = "chips" if row["vendor"] == "Google" else "GPUs"
+        domain = _figure(domain_text, "count", f"{domain_text} {what}. {_cite(row, 'max_scale_up_domain')}")
     return bandwidth, domain
 
 
@@ -499,7 +507,8 @@ def _scale_out(row: Mapping[str, str]) -> dict[str, Any]:
         text = f"{gbps} Gb/s / 8 per direction: {reason}"
     else:
         text = f"{gbps} Gb/s NIC per accelerator / 8, per direction"
-    return _figure(gbps * GIGA / BITS_PER_BYTE, "bytes/s", f"{text}. {_cite(row, 'scale_out_nic_gbps_per_accel')}")
+    source = f"{text}. {_cite(row, 'scale_out_nic_gbps_per_accel')}"
+    return _figure(gbps * GIGA / BITS_PER_BYTE, "bytes/s", source)
 
 
 def _price(row: Mapping[str, str]) -> dict[str, Any]:
@@ -565,8 +574,9 @@ def build_entry(row: Mapping[str, str]) -> dict[str, Any]:
         "family": arch["family"],
         "form_factor": row["form_factor"].strip(),
         "notes": (
-            f"{notes} FLOP/s convention: {row['vendor_sheet_sparsity_convention'].strip()}. Not supported: "
-            f"{row['precisions_not_supported'].strip() or 'none listed'}. CSV sources: {row['sources'].strip()}"
+            f"{notes} FLOP/s convention: {row['vendor_sheet_sparsity_convention'].strip()}. "
+            f"Not supported: {row['precisions_not_supported'].strip() or 'none listed'}. "
+            f"CSV sources: {row['sources'].strip()}"
         ),
         "figures": figures,
     }

@@ -9,7 +9,7 @@ Usage::
 Data: ``../shared/data/kernels/h100_sxm/`` (TensorRT-LLM 1.3.0rc20 and vLLM 0.24.0 kernel timings, mean
 of CUDA-graph replays). Only the *fit* rows (``~holdout_mask``) are used; the held-out rows are scored by
 ``scripts/accuracy_report.py``. Each stage fits a few physically meaningful parameters by robust least
-squares on ``log(predicted / measured)`` (scipy.optimize.least_squares, soft-L1 loss), keeping the
+squares on ``log(predicted / measured)`` (soft-L1 loss, Powell's method), keeping the
 parameters of earlier stages fixed:
 
 1. GEMM (bf16 from both engines, fp8 per-tensor from TensorRT-LLM): peak fractions per dtype, the
@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import minimize
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -70,20 +70,52 @@ def _log_ratio(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
     return np.log(np.maximum(pred, 1e-12) / meas)
 
 
+class _Result:
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = x
+
+
+def _robust_fit(residuals, x0, lo, hi) -> _Result:  # noqa: ANN001
+    """Minimize the soft-L1 loss of log-ratio residuals with Powell's derivative-free method.
+
+    The cost model has discrete steps (tile, wave and split-K counts), so finite-difference Jacobians
+    are zero almost everywhere; Powell's line searches do not need them.
+    """
+    lo_a, hi_a = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+
+    def loss(x: np.ndarray) -> float:
+        r = residuals(np.clip(x, lo_a, hi_a)) / 0.1
+        return float(np.sum(2.0 * (np.sqrt(1.0 + r * r) - 1.0)))
+
+    res = minimize(loss, np.asarray(x0, dtype=float), method="Powell", bounds=list(zip(lo_a, hi_a)),
+                   options={"xtol": 1e-3, "ftol": 1e-6, "maxfev": 4000})
+    return _Result(np.clip(res.x, lo_a, hi_a))
+
+
 def _ape(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
     e = np.abs(pred / meas - 1.0) * 100
     return float(np.median(e)), float(np.percentile(e, 90))
 
 
+#: GEMMs are fitted on the shapes transformer layers have: both weight dimensions >= 256
+MIN_WEIGHT_DIM = 256
+
+
+def _llm_shapes(t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    keep = (t["n"] >= MIN_WEIGHT_DIM) & (t["k"] >= MIN_WEIGHT_DIM)
+    return {name: col[keep] for name, col in t.items()}
+
+
 def fit_gemm(gpu: GpuSpec, tables: dict[str, dict[str, np.ndarray]]) -> tuple[GpuSpec, dict]:
-    bf16 = [tables[("trtllm", "gemm", "bf16")], tables[("vllm", "gemm", "bf16")]]
-    fp8 = [tables[("trtllm", "gemm", "fp8")]]
+    """bf16 first (shape parameters shared by every dtype), then the fp8 peak fraction alone."""
+    bf16 = [_llm_shapes(tables[("trtllm", "gemm", "bf16")]), _llm_shapes(tables[("vllm", "gemm", "bf16")])]
+    fp8 = _llm_shapes(tables[("trtllm", "gemm", "fp8")])
 
     def model(theta: np.ndarray) -> GpuSpec:
-        f_bf16, f_fp8, k_half, f_mem, fixed_us = theta
-        return _with(gpu, gemm_peak_fraction={"bf16": f_bf16, "fp16": f_bf16, "fp8": f_fp8, "int8": f_fp8,
-                                              "fp4": f_fp8},
-                     gemm_k_half=k_half, memory_bandwidth_fraction=f_mem, kernel_fixed_s=fixed_us * 1e-6)
+        f_bf16, k_half, f_mem, fixed_us, p = theta
+        return _with(gpu, gemm_peak_fraction={"bf16": f_bf16, "fp16": f_bf16},
+                     gemm_k_half=k_half, memory_bandwidth_fraction=f_mem, kernel_fixed_s=fixed_us * 1e-6,
+                     overlap_exponent=p)
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         g = model(theta)
@@ -91,14 +123,21 @@ def fit_gemm(gpu: GpuSpec, tables: dict[str, dict[str, np.ndarray]]) -> tuple[Gp
         for t in bf16:
             pred = K.gemm_time_s(g, m=t["m"], n=t["n"], k=t["k"], compute_dtype="bf16", weight_bytes_per_element=2)
             out.append(_log_ratio(pred, t["latency_ms"] * 1e-3))
-        for t in fp8:
-            pred = K.gemm_time_s(g, m=t["m"], n=t["n"], k=t["k"], compute_dtype="fp8", weight_bytes_per_element=1)
-            out.append(_log_ratio(pred, t["latency_ms"] * 1e-3))
         return np.concatenate(out)
 
-    res = least_squares(residuals, x0=[0.8, 0.7, 64.0, 0.8, 3.0], loss="soft_l1", f_scale=0.1,
-                        bounds=([0.3, 0.2, 1.0, 0.3, 0.5], [1.0, 1.0, 2048.0, 1.0, 30.0]))
-    return model(res.x), {"theta": res.x.tolist(), "names": ["f_bf16", "f_fp8", "k_half", "f_mem", "fixed_us"]}
+    res = _robust_fit(residuals, [0.85, 64.0, 0.8, 3.0, 3.0], [0.3, 1.0, 0.3, 0.5, 1.0],
+                      [1.0, 2048.0, 1.0, 30.0, 12.0])
+    g = model(res.x)
+
+    def r_fp8(theta: np.ndarray) -> np.ndarray:
+        g8 = _with(g, gemm_peak_fraction={**g.efficiency.gemm_peak_fraction, "fp8": theta[0]})
+        pred = K.gemm_time_s(g8, m=fp8["m"], n=fp8["n"], k=fp8["k"], compute_dtype="fp8", weight_bytes_per_element=1)
+        return _log_ratio(pred, fp8["latency_ms"] * 1e-3)
+
+    f8 = _robust_fit(r_fp8, [0.7], [0.2], [1.0]).x[0]
+    g = _with(g, gemm_peak_fraction={**g.efficiency.gemm_peak_fraction, "fp8": f8, "int8": f8, "fp4": f8})
+    names = ["f_bf16", "k_half", "f_mem", "fixed_us", "overlap_exponent", "f_fp8"]
+    return g, {"theta": [*res.x.tolist(), f8], "names": names}
 
 
 def _ctx_attention_pred(g: GpuSpec, t: dict[str, np.ndarray], scale: float = 1.0) -> np.ndarray:
@@ -138,8 +177,7 @@ def fit_attention(gpu: GpuSpec, tables: dict) -> tuple[GpuSpec, dict]:
         out += [_log_ratio(_gen_attention_pred(g, t), t["latency_ms"] * 1e-3) for t in gen]
         return np.concatenate(out)
 
-    res = least_squares(residuals, x0=[0.5, 256.0, 8.0, 0.7], loss="soft_l1", f_scale=0.1,
-                        bounds=([0.1, 1.0, 0.5, 0.2], [1.0, 16384.0, 60.0, 1.0]))
+    res = _robust_fit(residuals, [0.5, 256.0, 8.0, 0.7], [0.1, 1.0, 0.5, 0.2], [1.0, 16384.0, 60.0, 1.0])
     return model(res.x), {"theta": res.x.tolist(), "names": ["f_att", "q_half", "fixed_us", "f_dec"]}
 
 
@@ -156,8 +194,7 @@ def fit_allreduce(gpu: GpuSpec, nccl: dict[str, np.ndarray]) -> tuple[GpuSpec, d
         pred = K.allreduce_time_s(g, num_gpus=t["num_gpus"], message_bytes=t["message_bytes"])
         return _log_ratio(pred, t["latency_ms"] * 1e-3)
 
-    res = least_squares(residuals, x0=[0.7, 15.0], loss="soft_l1", f_scale=0.1,
-                        bounds=([0.1, 1.0], [1.0, 200.0]))
+    res = _robust_fit(residuals, [0.7, 15.0], [0.1, 1.0], [1.0, 200.0])
     return model(res.x), {"theta": res.x.tolist(), "names": ["f_link", "latency_us"]}
 
 
@@ -172,15 +209,19 @@ def fit_engine_scales(gpu: GpuSpec, tables: dict) -> dict[str, dict[str, float]]
                                  weight_bytes_per_element=2, efficiency_scale=theta[0])
             return _log_ratio(pred, t["latency_ms"][big] * 1e-3)
 
-        s_gemm = least_squares(r_gemm, x0=[1.0], bounds=([0.5], [1.5]), loss="soft_l1", f_scale=0.1).x[0]
+        s_gemm = _robust_fit(r_gemm, [1.0], [0.5], [1.5]).x[0]
         a_tab = _bf16_attention(tables[(engine, "context_attention", "bf16")])
-        long = a_tab["seq_len"] >= 1024
+        d_tab = _bf16_attention(tables[(engine, "generation_attention", "bf16")])
 
-        def r_att(theta: np.ndarray, t=a_tab, long=long) -> np.ndarray:
-            sub = {k: v[long] for k, v in t.items()}
-            return _log_ratio(_ctx_attention_pred(gpu, sub, theta[0]), sub["latency_ms"] * 1e-3)
+        def r_att(theta: np.ndarray, a=a_tab, d=d_tab) -> np.ndarray:
+            g = _with(gpu, attention_fixed_s=theta[1] * 1e-6)
+            return np.concatenate([
+                _log_ratio(_ctx_attention_pred(g, a, theta[0]), a["latency_ms"] * 1e-3),
+                _log_ratio(_gen_attention_pred(g, d, theta[0]), d["latency_ms"] * 1e-3),
+            ])
 
-        s_att = least_squares(r_att, x0=[1.0], bounds=([0.5], [1.5]), loss="soft_l1", f_scale=0.1).x[0]
+        s_att, fixed_att = _robust_fit(r_att, [1.0, gpu.efficiency.attention_fixed_s * 1e6], [0.5, 0.5],
+                                       [1.5, 60.0]).x
         ar = tables[(engine, "custom_allreduce", "bf16")]
         graph = np.array(["graph" in str(b) or str(b) == "trtllm" for b in ar.get("backend", ar.get(
             "implementation", np.array(["trtllm"] * len(ar["latency_ms"]))))])
@@ -188,6 +229,7 @@ def fit_engine_scales(gpu: GpuSpec, tables: dict) -> dict[str, dict[str, float]]
         lat = float(np.median(ar["latency_ms"][small]) * 1e-3)
         out[engine] = {"gemm_efficiency_scale": round(float(s_gemm), 4),
                        "attention_efficiency_scale": round(float(s_att), 4),
+                       "attention_fixed_s": round(float(fixed_att) * 1e-6, 9),
                        "allreduce_latency_s": round(lat, 8)}
     sg = tables.get(("sglang", "custom_allreduce", "bf16"))
     out["sglang"] = dict(out["vllm"])

@@ -1,12 +1,11 @@
-"""The catalogs a service instance answers from, loaded once per app (per hardware directory)."""
+"""The catalogs a service instance answers from, read once per app (and per hardware directory)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -17,24 +16,38 @@ from planner.hardware import GpuSpec, load_catalog
 from planner.models import ModelCatalog, load_model_catalog
 
 
-@dataclass(frozen=True, kw_only=True)
 class Catalogs:
-    gpus: Mapping[str, GpuSpec]
-    models: ModelCatalog
-    engines: Mapping[str, EngineProfile]
+    """Each catalog is read the first time a request needs it, then kept for the life of the app.
 
+    Reading them separately keeps a broken model catalog from taking the GPU endpoints down.
+    """
 
-def load_catalogs(hardware_dir: Path | None) -> Catalogs:
-    """Read every catalog from disk (the built-in files, plus ``hardware_dir`` when given)."""
-    return Catalogs(
-        gpus=load_catalog(hardware_dir),
-        models=load_model_catalog(),
-        engines=load_engine_profiles(),
-    )
+    def __init__(self, hardware_dir: Path | None) -> None:
+        self.hardware_dir = hardware_dir
+        self._lock = threading.Lock()
+        self._loaded: dict[str, Any] = {}
+
+    def _once(self, name: str, load: Callable[[], Any]) -> Any:
+        with self._lock:
+            if name not in self._loaded:
+                self._loaded[name] = load()
+            return self._loaded[name]
+
+    @property
+    def gpus(self) -> Mapping[str, GpuSpec]:
+        return self._once("gpus", lambda: load_catalog(self.hardware_dir))
+
+    @property
+    def models(self) -> ModelCatalog:
+        return self._once("models", load_model_catalog)
+
+    @property
+    def engines(self) -> Mapping[str, EngineProfile]:
+        return self._once("engines", load_engine_profiles)
 
 
 class CatalogCache:
-    """Per-app store: the catalogs are read on first use and kept for the life of the app."""
+    """Per-app store of ``Catalogs``, one per hardware directory the settings have named."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -42,9 +55,7 @@ class CatalogCache:
 
     def get(self, hardware_dir: Path | None) -> Catalogs:
         with self._lock:
-            if hardware_dir not in self._by_dir:
-                self._by_dir[hardware_dir] = load_catalogs(hardware_dir)
-            return self._by_dir[hardware_dir]
+            return self._by_dir.setdefault(hardware_dir, Catalogs(hardware_dir))
 
 
 def get_catalogs(request: Request, settings: Annotated[Settings, Depends(get_settings)]) -> Catalogs:

@@ -7,6 +7,7 @@ A problem body is ``{type, title, status, detail, instance}`` plus the domain er
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
@@ -64,6 +65,17 @@ class ProblemResponse(JSONResponse):
     media_type = PROBLEM_MEDIA_TYPE
 
 
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: such numbers in a problem's members become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
+
+
 def problem_response(
     *,
     status: int,
@@ -75,7 +87,7 @@ def problem_response(
     extra: Mapping[str, Any] | None = None,
 ) -> ProblemResponse:
     """Build a problem+json response; ``extra`` never overrides the five standard members."""
-    body = dict(jsonable_encoder(dict(extra or {})))
+    body = _finite(jsonable_encoder(dict(extra or {})))
     body.update(type=f"/problems/{slug}", title=title, status=status, detail=detail, instance=instance)
     return ProblemResponse(body, status_code=status, headers=dict(headers or {}))
 

@@ -30,12 +30,12 @@ from planner.hardware import GpuSpec
 
 FloatArray = NDArray[np.float64]
 
-#: soft-max exponent of Eq. (1): compute and memory phases overlap, but not perfectly
-OVERLAP_EXPONENT = 3.0
+#: tensor-core dtypes whose activations are quantized on the fly before the GEMM
+QUANTIZED_COMPUTE = frozenset({"fp8", "int8", "fp4"})
 
 
-def _soft_max(a: FloatArray, b: FloatArray, p: float = OVERLAP_EXPONENT) -> FloatArray:
-    """Smooth maximum ``(a^p + b^p)^(1/p)``; equals max(a, b) within 26% at p = 3."""
+def _soft_max(a: FloatArray, b: FloatArray, p: float) -> FloatArray:
+    """Smooth maximum ``(a^p + b^p)^(1/p)`` (p = ``EfficiencyParams.overlap_exponent``)."""
     hi = np.maximum(a, b)
     safe = np.where(hi > 0, hi, 1.0)
     return np.where(hi > 0, safe * ((a / safe) ** p + (b / safe) ** p) ** (1.0 / p), 0.0)
@@ -158,8 +158,13 @@ def gemm_time_s(
     rate = _peak(gpu, compute_dtype) * peak_fraction * efficiency_scale
     t_compute = flops / (rate * gemm_utilization(gpu, m, n, k))
     traffic = gemm_hbm_bytes(gpu, m, n, k, weight_bytes_per_element=weight_bytes_per_element)
-    t_memory = traffic / (gpu.hbm_bandwidth_bytes_per_s * eff.memory_bandwidth_fraction)
-    return np.asarray(count, dtype=np.float64) * (eff.kernel_fixed_s + _soft_max(t_compute, t_memory))
+    bw = gpu.hbm_bandwidth_bytes_per_s * eff.memory_bandwidth_fraction
+    t_memory = traffic / bw
+    t = eff.kernel_fixed_s + _soft_max(t_compute, t_memory, eff.overlap_exponent)
+    if compute_dtype in QUANTIZED_COMPUTE:
+        # dynamic activation quantization: one more streaming kernel reads the bf16 input, writes 8 bits
+        t = t + eff.kernel_fixed_s + m * np.asarray(k, dtype=np.float64) * 3.0 / bw
+    return np.asarray(count, dtype=np.float64) * t
 
 
 def attention_flops(
@@ -171,6 +176,7 @@ def attention_flops(
     head_dim: ArrayLike,
     v_head_dim: ArrayLike,
     sliding_window: ArrayLike = 0,
+    window_block_tokens: float = 0.0,
 ) -> FloatArray:
     """Causal attention FLOPs of ``q_tokens`` new queries over ``cached_tokens`` earlier ones plus themselves.
 
@@ -182,8 +188,9 @@ def attention_flops(
     c = np.asarray(cached_tokens, dtype=np.float64)
     w = np.asarray(sliding_window, dtype=np.float64)
     pairs_full = q * c + q * (q + 1.0) / 2.0
-    # with a window w every query sees at most w keys
-    pairs = np.where(w > 0, np.minimum(pairs_full, q * w), pairs_full)
+    # with a window w every query sees at most w keys; a tiled kernel computes whole key blocks, so a
+    # block of queries touches the window plus one partial block (FlashAttention's block skipping)
+    pairs = np.where(w > 0, np.minimum(pairs_full, q * (w + window_block_tokens)), pairs_full)
     h = np.asarray(num_heads, dtype=np.float64)
     d = np.asarray(head_dim, dtype=np.float64) + np.asarray(v_head_dim, dtype=np.float64)
     return 2.0 * b * h * d * pairs
@@ -203,6 +210,7 @@ def prefill_attention_time_s(
     kv_bytes_per_element: float = 2.0,
     compute_dtype: str = "bf16",
     efficiency_scale: float = 1.0,
+    fixed_s: float | None = None,
 ) -> FloatArray:
     """Flash-attention time of a prefill (or a later chunk) for one layer on one GPU [s].
 
@@ -218,11 +226,11 @@ def prefill_attention_time_s(
     kvh = np.asarray(num_kv_heads, dtype=np.float64)
     d = np.asarray(head_dim, dtype=np.float64)
     dv = d if v_head_dim is None else np.asarray(v_head_dim, dtype=np.float64)
+    block_q = 128.0
     flops = attention_flops(
         batch_size=b, q_tokens=q, cached_tokens=c, num_heads=h, head_dim=d, v_head_dim=dv,
-        sliding_window=sliding_window,
+        sliding_window=sliding_window, window_block_tokens=block_q,
     )
-    block_q = 128.0
     blocks = b * h * np.ceil(q / block_q)
     waves = np.ceil(blocks / gpu.num_compute_units)
     wave_fill = blocks / (waves * gpu.num_compute_units)
@@ -233,7 +241,8 @@ def prefill_attention_time_s(
     kv_tokens = c + q
     bytes_moved = b * (q * h * (d + dv) * 2.0 + kv_tokens * kvh * (d + dv) * kv_bytes_per_element)
     t_memory = bytes_moved / (gpu.hbm_bandwidth_bytes_per_s * eff.memory_bandwidth_fraction)
-    return eff.attention_fixed_s + _soft_max(t_compute, t_memory)
+    fixed = eff.attention_fixed_s if fixed_s is None else fixed_s
+    return fixed + _soft_max(t_compute, t_memory, eff.overlap_exponent)
 
 
 def decode_attention_bytes(
@@ -270,6 +279,7 @@ def decode_attention_time_s(
     sliding_window: ArrayLike = 0,
     kv_bytes_per_element: float = 2.0,
     efficiency_scale: float = 1.0,
+    fixed_s: float | None = None,
 ) -> FloatArray:
     """Paged/flash-decoding attention time of one decode step for one layer on one GPU [s].
 
@@ -290,7 +300,8 @@ def decode_attention_time_s(
     bw = gpu.hbm_bandwidth_bytes_per_s * eff.decode_attention_bandwidth_fraction * efficiency_scale
     t_memory = bytes_moved / bw
     t_compute = flops / (_peak(gpu, "bf16") * eff.attention_peak_fraction["bf16"])
-    return eff.attention_fixed_s + _soft_max(t_compute, t_memory)
+    fixed = eff.attention_fixed_s if fixed_s is None else fixed_s
+    return fixed + _soft_max(t_compute, t_memory, eff.overlap_exponent)
 
 
 def expected_distinct_experts(
@@ -352,7 +363,7 @@ def moe_time_s(
         flops = 2.0 * slots * n_ * k_
         t_compute = flops / (rate * util)
         traffic = touched * n_ * k_ * weight_bytes_per_element + slots * (n_ + k_) * 2.0
-        total = total + eff.kernel_fixed_s + _soft_max(t_compute, traffic / bw)
+        total = total + eff.kernel_fixed_s + _soft_max(t_compute, traffic / bw, eff.overlap_exponent)
     # routing, permutation and the activation between the two GEMMs: streaming kernels
     elementwise_bytes = slots * (up_n + 2.0 * h) * 2.0
     return total + 2.0 * eff.kernel_fixed_s + elementwise_bytes / bw

@@ -46,6 +46,26 @@ class _Op:
     kind: Bound
 
 
+def fuse_siblings(linears: tuple[Linear, ...]) -> tuple[Linear, ...]:
+    """Fuse consecutive projections that read the same input with the same TP split into one GEMM.
+
+    Every engine we model concatenates these weights: QKV (vLLM ``QKVParallelLinear``), gate+up
+    (``MergedColumnParallelLinear``), MLA's q_a+kv_a (``fused_qkv_a_proj``). One wide GEMM pays one
+    launch and fills the GPU better than three narrow ones.
+    """
+    out: list[Linear] = []
+    for lin in linears:
+        prev = out[-1] if out else None
+        if (prev is not None and lin.split == prev.split and lin.split in ("column", "none")
+                and lin.in_features == prev.in_features):
+            out[-1] = Linear(name=f"{prev.name}+{lin.name}" if "+" not in prev.name or len(prev.name) < 40
+                             else prev.name, in_features=prev.in_features,
+                             out_features=prev.out_features + lin.out_features, split=lin.split)
+        else:
+            out.append(lin)
+    return tuple(out)
+
+
 def _linear_shape(lin: Linear, tp: int) -> tuple[int, int]:
     """(n, k) of a linear layer's shard on one TP rank."""
     if lin.split == "column":
@@ -101,7 +121,7 @@ def _group_ops(
     # attention data parallelism: each dp rank runs attention on its share of the batch
     att_tokens = tokens / par.dp
     att_batch = np.maximum(batch / par.dp, 1.0)
-    for lin in model.attention_linears(group):
+    for lin in fuse_siblings(model.attention_linears(group)):
         p.linear(f"attn.{lin.name}" if att.kind != "linear" else f"linear_attn.{lin.name}", lin, att_tokens,
                  layers)
     heads = max(1, att.num_heads // tp)
@@ -114,6 +134,7 @@ def _group_ops(
                 gpu, batch_size=att_batch, context_tokens=cached + 1.0, num_heads=heads, num_kv_heads=kvh,
                 head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window,
                 kv_bytes_per_element=p.kv_bytes, efficiency_scale=eng.attention_efficiency_scale,
+                fixed_s=eng.attention_fixed_s,
             )
             b = K.decode_attention_bytes(
                 batch_size=att_batch, context_tokens=cached + 1.0, num_kv_heads=kvh, head_dim=att.head_dim,
@@ -128,6 +149,7 @@ def _group_ops(
                 gpu, batch_size=seqs, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
                 num_kv_heads=kvh, head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window,
                 kv_bytes_per_element=p.kv_bytes, efficiency_scale=eng.attention_efficiency_scale,
+                fixed_s=eng.attention_fixed_s,
             )
             f = K.attention_flops(batch_size=seqs, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
                                   head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window)
@@ -144,7 +166,7 @@ def _group_ops(
             t = K.decode_attention_time_s(
                 gpu, batch_size=att_batch, context_tokens=cached + 1.0, num_heads=heads, num_kv_heads=1,
                 head_dim=latent, v_head_dim=att.kv_lora_rank, kv_bytes_per_element=p.kv_bytes * 0.5,
-                efficiency_scale=eng.attention_efficiency_scale,
+                efficiency_scale=eng.attention_efficiency_scale, fixed_s=eng.attention_fixed_s,
             )
             b = att_batch * (cached + 1.0) * latent * p.kv_bytes
             f = K.attention_flops(batch_size=att_batch, q_tokens=1.0, cached_tokens=cached, num_heads=heads,
@@ -158,7 +180,7 @@ def _group_ops(
             t = K.prefill_attention_time_s(
                 gpu, batch_size=att_batch, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
                 num_kv_heads=heads, head_dim=att.head_dim, v_head_dim=att.v_head_dim, kv_bytes_per_element=2.0,
-                efficiency_scale=eng.attention_efficiency_scale,
+                efficiency_scale=eng.attention_efficiency_scale, fixed_s=eng.attention_fixed_s,
             )
             f = K.attention_flops(batch_size=att_batch, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
                                   head_dim=att.head_dim, v_head_dim=att.v_head_dim)
@@ -189,7 +211,7 @@ def _group_ops(
     # feed-forward
     ffn = group.ffn
     if ffn.kind == "dense":
-        for lin in model.ffn_linears(group):
+        for lin in fuse_siblings(model.ffn_linears(group)):
             p.linear(f"mlp.{lin.name}", lin, tokens, layers)
         width = ffn.intermediate_size / tp
         act_bytes = tokens * width * (3.0 if ffn.gated else 2.0) * ACT_BYTES
@@ -203,7 +225,7 @@ def _group_ops(
         if router is not None:
             p.linear("moe.router", router, tokens, layers)
         if ffn.num_shared_experts > 0:
-            for lin in model.shared_expert_linears(group):
+            for lin in fuse_siblings(model.shared_expert_linears(group)):
                 p.linear(f"moe.shared.{lin.name}", lin, tokens, layers)
         all_tokens = tokens  # every token of the worker's batch is routed
         t = K.moe_time_s(
@@ -219,8 +241,10 @@ def _group_ops(
                           / moe_ep, 1.0, ffn.num_experts / moe_ep)
         b = touched * mats * hidden * ffn.intermediate_size / moe_tp * p.w_bytes
         p.add("moe.experts", "compute", layers * t, layers * f, layers * b)
-        if moe_ep > 1:
-            # dispatch and combine: each GPU sends its tokens' hidden states to the experts' owners
+        if moe_ep > 1 and par.dp > 1:
+            # with attention DP each rank holds only its own tokens: dispatch and combine them to the
+            # experts' owners (with dp = 1 every TP rank already has all tokens after the attention
+            # all-reduce, computes its local experts, and the FFN all-reduce below combines them)
             msg = (tokens / par.dp) * ffn.num_experts_per_token * hidden * ACT_BYTES
             t = K.all_to_all_time_s(gpu, num_gpus=moe_ep, message_bytes=msg)
             p.add("alltoall.moe", "communication", layers * 2.0 * t, 0.0, layers * 2.0 * msg)
@@ -231,9 +255,9 @@ def _group_ops(
         t = K.allreduce_time_s(gpu, num_gpus=ffn_comm_gpus, message_bytes=msg, latency_s=eng.allreduce_latency_s)
         p.add("allreduce.ffn", "communication", layers * t, 0.0, layers * 2.0 * msg)
 
-    # two RMSNorms, two residual adds and rotary per layer: read+write the hidden state ~8 times
+    # two fused residual-add + RMSNorm kernels per layer (each reads residual and input, writes both)
     norm_bytes = att_tokens * hidden * ACT_BYTES * 8.0
-    p.add("norms_residuals", "memory", K.streaming_time_s(gpu, bytes_moved=layers * norm_bytes, count=3 * layers),
+    p.add("norms_residuals", "memory", K.streaming_time_s(gpu, bytes_moved=layers * norm_bytes, count=2 * layers),
           layers * att_tokens * hidden * 10.0, layers * norm_bytes)
 
 

@@ -39,6 +39,8 @@ class EngineProfile:
     attention_efficiency_scale: float = 1.0
     #: custom all-reduce latency for small messages [s]
     allreduce_latency_s: float | None = None
+    #: fixed time of this engine's attention kernels (None: the GPU family's) [s]
+    attention_fixed_s: float | None = None
     fitted_on: str = ""
 
 

@@ -17,6 +17,7 @@ from planner.validation.metrics import (
     ErrorSummary,
     Target,
     relative_error,
+    step_tolerance_fraction,
     summarize,
     summarize_by,
     token_bin,
@@ -37,5 +38,6 @@ __all__ = [
     "summarize",
     "summarize_by",
     "token_bin",
+    "step_tolerance_fraction",
     "verdict",
 ]

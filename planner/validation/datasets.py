@@ -57,7 +57,7 @@ _NOT_SHAPE_COLUMNS = frozenset(
 
 
 def normalize_dtype(name: str) -> str:
-    """Planner spelling of a dtype written in a kernel file (``bfloat16`` -> ``bf16``, ``fp8_block`` -> ``fp8-block``)."""
+    """Planner spelling of a kernel file's dtype: ``bfloat16`` -> ``bf16``, ``fp8_block`` -> ``fp8-block``."""
     return DTYPE_NAMES.get(name, DTYPE_NAMES.get(name.replace("-", "_"), name))
 
 
@@ -230,26 +230,22 @@ SOURCE_BY_PREFIX = {
     "SGL": "SGLang",
 }
 
-#: written model name -> names tried in the model catalog, in order
-_LLAMA2_70B = ("Llama-2-70B", "Llama2-70B", "LLaMA2-70B", "meta-llama/Llama-2-70b-hf")
-_LLAMA3_70B = ("Llama-3-70B", "Meta-Llama-3-70B", "Llama-3.1-70B", "Meta-Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-70B")
-_LLAMA3_8B = ("Llama-3-8B", "Meta-Llama-3-8B", "Llama-3.1-8B", "Meta-Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B")
+#: written model name -> further names tried in the model catalog after the written one
 MODEL_CANDIDATES: dict[str, tuple[str, ...]] = {
-    "Llama2-70B": _LLAMA2_70B,
-    "Llama-2-70B": _LLAMA2_70B,
-    "LLaMA2-70B": _LLAMA2_70B,
-    "Llama-2-7B": ("Llama-2-7B", "Llama2-7B", "meta-llama/Llama-2-7b-hf"),
-    "BLOOM-176B": ("BLOOM-176B", "bigscience/bloom"),
-    "Yi-34B": ("Yi-34B", "01-ai/Yi-34B"),
-    "Mistral-7B": ("Mistral-7B", "mistralai/Mistral-7B-v0.1"),
-    "Falcon-180B": ("Falcon-180B", "tiiuae/falcon-180B"),
-    "LLaMA-13B": ("LLaMA-13B", "Llama-13B"),
-    "Llama-3 70B (per CI text 'llama-3 70B')": _LLAMA3_70B,
-    "Llama-3.1 8B": _LLAMA3_8B[2:] + _LLAMA3_8B[:2],
-    "Llama-3 8B": _LLAMA3_8B,
-    "DeepSeek-V3 (671B MoE)": ("DeepSeek-V3", "deepseek-ai/DeepSeek-V3"),
+    "Llama2-70B": ("meta-llama/Llama-2-70b-hf",),
+    "Llama-2-70B": ("meta-llama/Llama-2-70b-hf",),
+    "LLaMA2-70B": ("meta-llama/Llama-2-70b-hf",),
+    "Llama-2-7B": ("meta-llama/Llama-2-7b-hf",),
+    "BLOOM-176B": ("bigscience/bloom",),
+    "Yi-34B": ("01-ai/Yi-34B",),
+    "Mistral-7B": ("mistralai/Mistral-7B-v0.1",),
+    "Falcon-180B": ("tiiuae/falcon-180B",),
+    "LLaMA-13B": ("huggyllama/llama-13b",),
+    "Llama-3 70B (per CI text 'llama-3 70B')": ("meta-llama/Meta-Llama-3-70B",),
+    "Llama-3.1 8B": ("meta-llama/Llama-3.1-8B",),
+    "Llama-3 8B": ("meta-llama/Meta-Llama-3-8B",),
+    "DeepSeek-V3 (671B MoE)": ("deepseek-ai/DeepSeek-V3",),
 }
-_LLAMA3_NOTE = "Llama-3 read as the Llama-3.1 architecture of the same size (same layer shapes). "
 
 ModelResolver = Callable[[str], "str | None"]
 GpuResolver = Callable[[str], bool]
@@ -388,8 +384,9 @@ def _parse_sarathi_serve(row: Mapping[str, str]) -> dict[str, Any] | None:
             "per_stage": True,
             "assumption": (
                 "Context of the decodes not stated: 4096 assumed (the 4k-prefill requests of Table 3). Read "
-                "as one pipeline stage's time, like SS-005 in the same sentence (bubble arithmetic of SS-007); "
-                "SS-004 gives the same 200 ms for a whole decode iteration, so the two readings disagree by pp. "
+                "as one pipeline stage's time, like SS-005 in the same sentence (bubble arithmetic of "
+                "SS-007); SS-004 gives the same 200 ms for a whole decode iteration: the two readings "
+                "disagree by a factor pp. "
             ),
         }
     return None
@@ -436,7 +433,8 @@ def _parse_vidur(row: Mapping[str, str]) -> dict[str, Any] | None:
             "message_bytes": float(match.group(1)),
             "num_gpus": int(match.group(2)),
             "assumption": (
-                "Size read as the fp16 buffer's bytes (the profiler stores elements x 2). Vidur's torch.distributed "
+                "Size read as the fp16 buffer's bytes (the profiler stores elements x 2). Vidur's "
+                "torch.distributed "
                 "NCCL call, outside CUDA graphs. "
             ),
         }
@@ -454,7 +452,7 @@ def _parse_vllm(row: Mapping[str, str]) -> dict[str, Any] | None:
             "value_factor": 1 / osl,
             "extra_flags": {"implied/derived", "approximate"},
             "assumption": (
-                f"Implied decode step = e2e / osl: one prefill of {batch}x{isl} tokens (about one step's cost) "
+                f"Implied decode step = e2e / osl: one prefill of {batch}x{isl} tokens (about one step) "
                 f"+ {osl - 1} decode steps; context at the mean isl + osl/2 = {isl + osl // 2}. "
             ),
         }
@@ -482,9 +480,24 @@ _EP_SKIP = (
 
 def _parse_sglang(row: Mapping[str, str]) -> dict[str, Any] | None:
     rows = {
-        "SGL-004": ("decode", 256, 2048, "decode batch 256 per device at 2K input: step = 256 x 8 / tok/s/node"),
-        "SGL-006": ("prefill", 16384, 4096, "16384 prompt tokens per device (4 x 4096): pass = 16384 x 8 / tok/s/node"),
-        "SGL-007": ("decode", 128, 4096, "decode batch 128 per device at KV 4096: step = 128 x 8 / tok/s/node"),
+        "SGL-004": (
+            "decode",
+            256,
+            2048,
+            "decode batch 256 per device at 2K input: step = 256 x 8 / tok/s/node",
+        ),
+        "SGL-006": (
+            "prefill",
+            16384,
+            4096,
+            "16384 prompt tokens per device (4 x 4096): pass = 16384 x 8 / tok/s/node",
+        ),
+        "SGL-007": (
+            "decode",
+            128,
+            4096,
+            "decode batch 128 per device at KV 4096: step = 128 x 8 / tok/s/node",
+        ),
     }
     if row["id"] not in rows:
         return None
@@ -526,7 +539,7 @@ def _default_model_resolver() -> ModelResolver:
     catalog = load_model_catalog()
 
     def resolve(name: str) -> str | None:
-        for candidate in MODEL_CANDIDATES.get(name, (name,)):
+        for candidate in (name, *MODEL_CANDIDATES.get(name, ())):
             try:
                 found = catalog.get(candidate)
             except (KeyError, PlannerError):
@@ -558,8 +571,8 @@ def published_step_rows(
     shared_dir : pathlib.Path
         The shared data directory.
     resolve_model : callable, optional
-        Written model name -> catalog model id, or None when the catalog lacks it. Default: try the
-        names of ``MODEL_CANDIDATES`` in ``planner.models.load_model_catalog()``.
+        Written model name -> catalog model id, or None when the catalog lacks it. Default: look the
+        written name, then its ``MODEL_CANDIDATES``, up in ``planner.models.load_model_catalog()``.
     gpu_in_catalog : callable, optional
         Catalog GPU id -> whether the hardware catalog holds it. Default: ``planner.hardware.load_catalog()``.
 
@@ -603,8 +616,6 @@ def _step_row(
     model_name = record["model"]
     model_id = resolve_model(model_name) if model_name in MODEL_CANDIDATES else None
     assumption = gpu_note + fields.pop("assumption", "")
-    if model_name.startswith("Llama-3"):
-        assumption = _LLAMA3_NOTE + assumption
     skip_reason = fields.pop("skip_reason", None)
     if skip_reason is None:
         if gpu_id is None or not gpu_in_catalog(gpu_id):
@@ -641,8 +652,18 @@ def _step_row(
 # serving benchmarks
 
 _SERVING_TEXT_COLUMNS = frozenset(
-    {"id", "backend", "backend_version", "model", "system", "precision", "mode", "gemm_quant_mode",
-     "moe_quant_mode", "measured_date"}
+    {
+        "id",
+        "backend",
+        "backend_version",
+        "model",
+        "system",
+        "precision",
+        "mode",
+        "gemm_quant_mode",
+        "moe_quant_mode",
+        "measured_date",
+    }
 )
 
 

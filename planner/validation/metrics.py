@@ -71,9 +71,7 @@ def summarize(signed_errors: np.ndarray) -> ErrorSummary:
     )
 
 
-def summarize_by(
-    signed_errors: np.ndarray, keys: Sequence[Hashable]
-) -> dict[Hashable, ErrorSummary]:
+def summarize_by(signed_errors: np.ndarray, keys: Sequence[Hashable]) -> dict[Hashable, ErrorSummary]:
     """One :func:`summarize` per distinct key, keys in sorted order of their string form.
 
     Parameters
@@ -111,3 +109,38 @@ def verdict(summary: ErrorSummary, target: Target | None) -> Verdict:
     if target.p90_fraction is not None and summary.p90_fraction > target.p90_fraction:
         return "MISS"
     return "PASS"
+
+
+#: per-row tolerance of a published row measured exactly (medians of repeated runs, exact table values):
+#: the p90 target of the prefill/decode slices, so a row outside it is a tail miss of the model
+BASE_TOLERANCE_FRACTION = 0.30
+#: widening for rows whose measured value is itself imprecise (added to the base)
+FLAG_WIDENING_FRACTION = {
+    # "~1150 ms", "about ~200 ms", trace medians: two significant figures or a distribution's median
+    "approximate": 0.15,
+    # SLO round numbers (0.1 / 0.2 / 1 s = 5 x the step): one significant figure, ±25 %
+    "implied/derived": 0.25,
+    # quoted by a summary, not read in the paper
+    "secondary": 0.20,
+    # the compiler or the paper doubts the value itself (anomalies, caveats)
+    "questionable": 0.50,
+}
+
+
+def step_tolerance_fraction(flags: Sequence[str], *, lossy_derivation: bool = True) -> float:
+    """Allowed ``|predicted / measured - 1|`` of one published row, from its quality flags.
+
+    Parameters
+    ----------
+    flags : sequence of str
+        ``StepRow.flags``.
+    lossy_derivation : bool
+        False where "implied/derived" means an exact sum of stated values (Vidur's operator rows), which
+        adds no uncertainty.
+    """
+    widening = sum(
+        FLAG_WIDENING_FRACTION.get(flag, 0.0)
+        for flag in flags
+        if lossy_derivation or flag != "implied/derived"
+    )
+    return BASE_TOLERANCE_FRACTION + widening

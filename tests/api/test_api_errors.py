@@ -98,3 +98,18 @@ async def test_unexpected_failure_is_a_generic_500_problem(client_for, problem):
     body = problem(response, 500, "internal-error")
     assert "secret" not in response.text and "Traceback" not in response.text
     assert set(body) == {"type", "title", "status", "detail", "instance"}
+
+
+async def test_non_finite_numbers_in_a_domain_error_become_null(client_for, problem):
+    from planner.api import create_app
+    from planner.errors import ModelDoesNotFit
+
+    app = create_app()
+
+    def no_room():
+        raise ModelDoesNotFit("no room", kv_capacity_tokens=0, tokens_per_byte=float("inf"))
+
+    app.dependency_overrides[get_catalogs] = no_room
+    async with client_for(app) as client:
+        body = problem(await client.get("/v1/gpus"), 422, "model-does-not-fit")
+    assert body["tokens_per_byte"] is None and body["kv_capacity_tokens"] == 0

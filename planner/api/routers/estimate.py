@@ -25,9 +25,7 @@ from planner.errors import RequestTooLarge, UnsupportedConfiguration, Unsupporte
 from planner.hardware import find_gpu
 from planner.models import ModelArchitecture, from_hf_config
 
-router = APIRouter(
-    prefix="/estimate", tags=["estimate"], responses=problem_responses([404, 413, 422, 500])
-)
+router = APIRouter(prefix="/estimate", tags=["estimate"], responses=problem_responses([404, 413, 422, 500]))
 
 
 def _inline_model(config: dict[str, object]) -> ModelArchitecture:
@@ -45,13 +43,17 @@ def _inline_model(config: dict[str, object]) -> ModelArchitecture:
         raise UnsupportedModel(f"model_config could not be read: {exc!r}", field="model_config") from exc
 
 
-def build_context(body: EstimateRequest, catalogs: Catalogs) -> tuple[CostContext, str]:
-    """Resolve ids and defaults of a request into a ``CostContext`` and the canonical model id."""
+def build_context(body: EstimateRequest, catalogs: Catalogs) -> CostContext:
+    """Resolve the ids and defaults of a request into a ``CostContext``.
+
+    The weight dtype defaults to the checkpoint's native one (else bf16), the KV dtype follows the
+    weights (``ModelArchitecture.default_kv_dtype``).
+    """
     if body.inline_model_config is not None:
-        arch, model_id = _inline_model(body.inline_model_config), "inline"
+        arch = _inline_model(body.inline_model_config)
     else:
         assert body.model is not None  # the request model guarantees exactly one
-        arch, model_id = catalogs.models.get(body.model), catalogs.models.resolve(body.model)
+        arch = catalogs.models.get(body.model)
     gpu = find_gpu(catalogs.gpus, body.gpu)
     if body.engine not in catalogs.engines:
         raise UnsupportedConfiguration(f"no profile for engine {body.engine!r}", field="engine")
@@ -65,10 +67,10 @@ def build_context(body: EstimateRequest, catalogs: Catalogs) -> tuple[CostContex
         kv_dtype=kv_dtype,
         parallelism=Parallelism(**body.parallelism.model_dump()),
     )
-    return ctx, model_id
+    return ctx
 
 
-def _echo(ctx: CostContext, model_id: str, cost: PassCost) -> dict[str, object]:
+def _echo(ctx: CostContext, cost: PassCost) -> dict[str, object]:
     par = ctx.parallelism
     warnings = []
     if ctx.gpu.efficiency_inherited:
@@ -77,7 +79,7 @@ def _echo(ctx: CostContext, model_id: str, cost: PassCost) -> dict[str, object]:
             f"they come from {ctx.gpu.efficiency_origin}"
         )
     return {
-        "model": model_id,
+        "model": ctx.model.id,
         "gpu": ctx.gpu.id,
         "engine": ctx.engine.id,
         "weight_dtype": ctx.weight_dtype,
@@ -96,12 +98,12 @@ def _echo(ctx: CostContext, model_id: str, cost: PassCost) -> dict[str, object]:
 @router.post("/prefill", response_model=PrefillResponse)
 def estimate_prefill(body: PrefillRequest, catalogs: CatalogsDep) -> PrefillResponse:
     """Latency, work and per-operator breakdown of one prefill pass of a batch of prompts."""
-    ctx, model_id = build_context(body, catalogs)
+    ctx = build_context(body, catalogs)
     cost = prefill_cost(
         ctx, prompt_tokens=body.prompt_tokens, batch_size=body.batch_size, cached_tokens=body.cached_tokens
     )
     return PrefillResponse.model_validate(
-        _echo(ctx, model_id, cost)
+        _echo(ctx, cost)
         | {
             "latency_s": cost.latency_s,
             "tokens_per_s": body.batch_size * body.prompt_tokens / cost.latency_s,
@@ -115,10 +117,10 @@ def estimate_prefill(body: PrefillRequest, catalogs: CatalogsDep) -> PrefillResp
 @router.post("/decode", response_model=DecodeResponse)
 def estimate_decode(body: DecodeRequest, catalogs: CatalogsDep) -> DecodeResponse:
     """Latency and per-operator breakdown of one decode step (one new token per sequence)."""
-    ctx, model_id = build_context(body, catalogs)
+    ctx = build_context(body, catalogs)
     cost = decode_cost(ctx, batch_size=body.batch_size, context_tokens=body.context_tokens)
     return DecodeResponse.model_validate(
-        _echo(ctx, model_id, cost)
+        _echo(ctx, cost)
         | {
             "step_latency_s": cost.latency_s,
             "tokens_per_s": body.batch_size / cost.latency_s,

@@ -19,9 +19,9 @@ router = APIRouter(prefix="/models", tags=["models"], responses=problem_response
 _WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4")
 
 
-def _summary_fields(model_id: str, arch: ModelArchitecture) -> dict[str, object]:
+def _summary_fields(arch: ModelArchitecture) -> dict[str, object]:
     return {
-        "id": model_id,
+        "id": arch.id,
         "model_type": arch.model_type,
         "aliases": list(arch.aliases),
         "num_layers": arch.num_layers,
@@ -34,12 +34,12 @@ def _summary_fields(model_id: str, arch: ModelArchitecture) -> dict[str, object]
     }
 
 
-def model_detail(model_id: str, arch: ModelArchitecture) -> ModelDetail:
+def model_detail(arch: ModelArchitecture) -> ModelDetail:
     """Architecture summary of one model: groups, parameters, weight and KV bytes."""
     weight_dtype = arch.native_weight_dtype or "bf16"
     kv_dtype = arch.default_kv_dtype(weight_dtype)
     return ModelDetail.model_validate(
-        _summary_fields(model_id, arch)
+        _summary_fields(arch)
         | {
             "layer_groups": [asdict(group) for group in arch.layer_groups],
             "weight_bytes": {dtype: arch.weight_bytes(DTYPE_BYTES[dtype]) for dtype in _WEIGHT_DTYPES},
@@ -53,14 +53,13 @@ def model_detail(model_id: str, arch: ModelArchitecture) -> ModelDetail:
 @router.get("", response_model=ModelList)
 def list_models(catalogs: CatalogsDep) -> ModelList:
     """Every model in the catalog with its size; details at /v1/models/{model_id}."""
-    ids = sorted(catalogs.models.ids())
+    models = catalogs.models
     return ModelList(
-        models=[ModelSummary.model_validate(_summary_fields(i, catalogs.models.get(i))) for i in ids]
+        models=[ModelSummary.model_validate(_summary_fields(models.get(i))) for i in models.ids()]
     )
 
 
 @router.get("/{model_id:path}", response_model=ModelDetail, responses=problem_responses([404, 422]))
 def get_model(model_id: Annotated[str, Path(max_length=200)], catalogs: CatalogsDep) -> ModelDetail:
     """One model by Hugging Face repo id or alias (case-insensitive); 404 lists the closest ids."""
-    arch = catalogs.models.get(model_id)
-    return model_detail(catalogs.models.resolve(model_id), arch)
+    return model_detail(catalogs.models.get(model_id))
