@@ -39,6 +39,8 @@ def load_engine_profiles() -> Mapping[str, EngineProfile]:
             attention_fixed_s=(
                 None if entry.get("attention_fixed_s") is None else float(entry["attention_fixed_s"])
             ),
+            decode_attention_blocks_per=str(entry.get("decode_attention_blocks_per", "kv_head")),
+            decode_attention_block_s=float(entry.get("decode_attention_block_s", 0.0)),
             fitted_on=str(entry.get("fitted_on", "")),
         )
     return MappingProxyType(profiles)

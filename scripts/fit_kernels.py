@@ -148,11 +148,17 @@ def _ctx_attention_pred(g: GpuSpec, t: dict[str, np.ndarray], scale: float = 1.0
     )
 
 
-def _gen_attention_pred(g: GpuSpec, t: dict[str, np.ndarray], scale: float = 1.0) -> np.ndarray:
+#: how each engine's decode-attention kernel assigns thread blocks (see decode_attention_time_s): FA3 in
+#: vLLM packs the query heads of a GQA group into one block; TensorRT-LLM's XQA/MMHA flow is per query head
+BLOCKS_PER = {"vllm": "kv_head", "sglang": "kv_head", "trtllm": "q_head"}
+
+
+def _gen_attention_pred(g: GpuSpec, t: dict[str, np.ndarray], scale: float = 1.0, block_s: float = 0.0,
+                        blocks_per: str = "kv_head") -> np.ndarray:
     return K.decode_attention_time_s(
         g, batch_size=t["batch_size"], context_tokens=t["kv_cached"] + 1, num_heads=t["num_heads"],
         num_kv_heads=t["num_key_value_heads"], head_dim=t["head_dim"], sliding_window=t["window_size"],
-        kv_bytes_per_element=2.0, efficiency_scale=scale,
+        kv_bytes_per_element=2.0, efficiency_scale=scale, block_s=block_s, blocks_per=blocks_per,
     )
 
 
@@ -213,15 +219,15 @@ def fit_engine_scales(gpu: GpuSpec, tables: dict) -> dict[str, dict[str, float]]
         a_tab = _bf16_attention(tables[(engine, "context_attention", "bf16")])
         d_tab = _bf16_attention(tables[(engine, "generation_attention", "bf16")])
 
-        def r_att(theta: np.ndarray, a=a_tab, d=d_tab) -> np.ndarray:
+        def r_att(theta: np.ndarray, a=a_tab, d=d_tab, per=BLOCKS_PER[engine]) -> np.ndarray:
             g = _with(gpu, attention_fixed_s=theta[1] * 1e-6)
             return np.concatenate([
                 _log_ratio(_ctx_attention_pred(g, a, theta[0]), a["latency_ms"] * 1e-3),
-                _log_ratio(_gen_attention_pred(g, d, theta[0]), d["latency_ms"] * 1e-3),
+                _log_ratio(_gen_attention_pred(g, d, theta[0], theta[2] * 1e-6, per), d["latency_ms"] * 1e-3),
             ])
 
-        s_att, fixed_att = _robust_fit(r_att, [1.0, gpu.efficiency.attention_fixed_s * 1e6], [0.5, 0.5],
-                                       [1.5, 60.0]).x
+        s_att, fixed_att, block_us = _robust_fit(
+            r_att, [1.0, gpu.efficiency.attention_fixed_s * 1e6, 1.0], [0.5, 0.5, 0.0], [1.5, 60.0, 20.0]).x
         ar = tables[(engine, "custom_allreduce", "bf16")]
         graph = np.array(["graph" in str(b) or str(b) == "trtllm" for b in ar.get("backend", ar.get(
             "implementation", np.array(["trtllm"] * len(ar["latency_ms"]))))])
@@ -230,8 +236,11 @@ def fit_engine_scales(gpu: GpuSpec, tables: dict) -> dict[str, dict[str, float]]
         out[engine] = {"gemm_efficiency_scale": round(float(s_gemm), 4),
                        "attention_efficiency_scale": round(float(s_att), 4),
                        "attention_fixed_s": round(float(fixed_att) * 1e-6, 9),
+                       "decode_attention_block_s": round(float(block_us) * 1e-6, 9),
+                       "decode_attention_blocks_per": BLOCKS_PER[engine],
                        "allreduce_latency_s": round(lat, 8)}
     sg = tables.get(("sglang", "custom_allreduce", "bf16"))
+    # SGLang's decode attention is FlashInfer/FA3 like vLLM's: it takes vLLM's attention fit
     out["sglang"] = dict(out["vllm"])
     if sg is not None:
         graph = np.array(["graph" in str(b) for b in sg["backend"]])
@@ -240,7 +249,7 @@ def fit_engine_scales(gpu: GpuSpec, tables: dict) -> dict[str, dict[str, float]]
     return out
 
 
-def report(gpu: GpuSpec, tables: dict) -> None:
+def report(gpu: GpuSpec, tables: dict, engines: dict) -> None:
     for key in (("trtllm", "gemm", "bf16"), ("vllm", "gemm", "bf16"), ("trtllm", "gemm", "fp8")):
         t = tables[key]
         dt = "fp8" if key[2] == "fp8" else "bf16"
@@ -249,11 +258,16 @@ def report(gpu: GpuSpec, tables: dict) -> None:
         print(f"  fit-rows {key}: median/p90 APE = %.1f / %.1f %%" % _ape(pred, t["latency_ms"] * 1e-3))
     for e in ("trtllm", "vllm"):
         t = _bf16_attention(tables[(e, "context_attention", "bf16")])
-        print(f"  fit-rows {e} context attention: %.1f / %.1f %%" % _ape(_ctx_attention_pred(gpu, t),
-                                                                          t["latency_ms"] * 1e-3))
+        p = engines[e]
+        g = _with(gpu, attention_fixed_s=p["attention_fixed_s"])
+        pred = _ctx_attention_pred(g, t, p["attention_efficiency_scale"])
+        print(f"  fit-rows {e} context attention: %.1f / %.1f %%" % _ape(pred, t["latency_ms"] * 1e-3))
         t = _bf16_attention(tables[(e, "generation_attention", "bf16")])
-        print(f"  fit-rows {e} generation attention: %.1f / %.1f %%" % _ape(_gen_attention_pred(gpu, t),
-                                                                             t["latency_ms"] * 1e-3))
+        p = engines[e]
+        g = _with(gpu, attention_fixed_s=p["attention_fixed_s"])
+        pred = _gen_attention_pred(g, t, p["attention_efficiency_scale"], p["decode_attention_block_s"],
+                                   p["decode_attention_blocks_per"])
+        print(f"  fit-rows {e} generation attention: %.1f / %.1f %%" % _ape(pred, t["latency_ms"] * 1e-3))
 
 
 def _params_json(eff: EfficiencyParams, fitted_on: str) -> dict:
@@ -285,7 +299,7 @@ def main() -> None:
     print("all-reduce:", dict(zip(ar["names"], np.round(ar["theta"], 4))))
     engines = fit_engine_scales(gpu, tables)
     print("engines:", engines)
-    report(gpu, tables)
+    report(gpu, tables, engines)
     if args.write:
         fitted_on = (
             "scripts/fit_kernels.py on the fit rows (~holdout_mask) of shared/data/kernels/h100_sxm: GEMM bf16 "

@@ -280,11 +280,16 @@ def decode_attention_time_s(
     kv_bytes_per_element: float = 2.0,
     efficiency_scale: float = 1.0,
     fixed_s: float | None = None,
+    block_s: float = 0.0,
+    blocks_per: str = "kv_head",
 ) -> FloatArray:
     """Paged/flash-decoding attention time of one decode step for one layer on one GPU [s].
 
     Memory-bound: it streams every cached K and V once (``context_tokens`` includes the new token).
-    Compute (``4·h·d`` FLOPs per cached token) matters only for wide GQA groups or MLA.
+    Compute (``4·h·d`` FLOPs per cached token) matters only for wide GQA groups or MLA. A third floor is
+    the work-unit count: one thread block per (sequence, KV head) or (sequence, query head), each lasting
+    at least ``block_s``, spread over the compute units — this is what bounds large batches of short
+    contexts.
     """
     eff = gpu.efficiency
     bytes_moved = decode_attention_bytes(
@@ -301,7 +306,10 @@ def decode_attention_time_s(
     t_memory = bytes_moved / bw
     t_compute = flops / (_peak(gpu, "bf16") * eff.attention_peak_fraction["bf16"])
     fixed = eff.attention_fixed_s if fixed_s is None else fixed_s
-    return fixed + _soft_max(t_compute, t_memory, eff.overlap_exponent)
+    heads = np.asarray(num_kv_heads if blocks_per == "kv_head" else num_heads, dtype=np.float64)
+    t_blocks = np.asarray(batch_size, dtype=np.float64) * heads * block_s / gpu.num_compute_units
+    p = eff.overlap_exponent
+    return fixed + _soft_max(_soft_max(t_compute, t_memory, p), t_blocks, p)
 
 
 def expected_distinct_experts(

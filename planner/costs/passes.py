@@ -134,7 +134,8 @@ def _group_ops(
                 gpu, batch_size=att_batch, context_tokens=cached + 1.0, num_heads=heads, num_kv_heads=kvh,
                 head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window,
                 kv_bytes_per_element=p.kv_bytes, efficiency_scale=eng.attention_efficiency_scale,
-                fixed_s=eng.attention_fixed_s,
+                fixed_s=eng.attention_fixed_s, block_s=eng.decode_attention_block_s,
+                blocks_per=eng.decode_attention_blocks_per,
             )
             b = K.decode_attention_bytes(
                 batch_size=att_batch, context_tokens=cached + 1.0, num_kv_heads=kvh, head_dim=att.head_dim,
@@ -167,6 +168,7 @@ def _group_ops(
                 gpu, batch_size=att_batch, context_tokens=cached + 1.0, num_heads=heads, num_kv_heads=1,
                 head_dim=latent, v_head_dim=att.kv_lora_rank, kv_bytes_per_element=p.kv_bytes * 0.5,
                 efficiency_scale=eng.attention_efficiency_scale, fixed_s=eng.attention_fixed_s,
+                block_s=eng.decode_attention_block_s, blocks_per=eng.decode_attention_blocks_per,
             )
             b = att_batch * (cached + 1.0) * latent * p.kv_bytes
             f = K.attention_flops(batch_size=att_batch, q_tokens=1.0, cached_tokens=cached, num_heads=heads,

@@ -41,6 +41,11 @@ class EngineProfile:
     allreduce_latency_s: float | None = None
     #: fixed time of this engine's attention kernels (None: the GPU family's) [s]
     attention_fixed_s: float | None = None
+    #: decode attention runs one thread block per (sequence, KV head) when it packs the query heads of a
+    #: GQA group together (FlashAttention-3 in vLLM/SGLang), else per (sequence, query head) (TensorRT-LLM)
+    decode_attention_blocks_per: str = "kv_head"
+    #: minimum duration of one such thread block on one SM [s] (0 = not modelled)
+    decode_attention_block_s: float = 0.0
     fitted_on: str = ""
 
 

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
+from planner.api import create_app
 from planner.api.catalogs import get_catalogs
 from planner.api.schemas import MAX_BATCH_SIZE, MAX_TOKENS
+from planner.errors import ModelDoesNotFit
 
 pytestmark = pytest.mark.anyio
 
@@ -85,8 +87,6 @@ async def test_oversize_inline_model_config_is_413(client, problem):
 
 
 async def test_unexpected_failure_is_a_generic_500_problem(client_for, problem):
-    from planner.api import create_app
-
     app = create_app()
 
     def broken_catalogs():
@@ -101,9 +101,6 @@ async def test_unexpected_failure_is_a_generic_500_problem(client_for, problem):
 
 
 async def test_non_finite_numbers_in_a_domain_error_become_null(client_for, problem):
-    from planner.api import create_app
-    from planner.errors import ModelDoesNotFit
-
     app = create_app()
 
     def no_room():
