@@ -52,6 +52,10 @@ class EfficiencyParams:
     link_bandwidth_fraction: float
     #: fixed latency of one collective on the scale-up fabric [s]
     collective_latency_s: float
+    #: per-score cost of the softmax (exp, max, sum on the CUDA cores) in prefill attention, expressed as
+    #: extra head dimensions of tensor-core work [elements]; FA3 overlaps it with the matmuls only in part
+    #: (Shah et al., "FlashAttention-3", 2024, Sec. 3: H100 has 989 TFLOP/s of matmul but 3.9 TFLOP/s of exp)
+    attention_softmax_dims: float = 0.0
     #: soft-maximum exponent blending compute and memory time (Eq. (1) of planner/costs/kernels.py):
     #: large = perfect overlap of loads and math (a pure roofline), 1 = no overlap (they add)
     overlap_exponent: float = 3.0

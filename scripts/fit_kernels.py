@@ -19,7 +19,8 @@ parameters of earlier stages fixed:
 4. nccl-tests all-reduce (fp16, NCCL 2.27/2.29): link bandwidth fraction and collective latency.
 5. Per engine: a GEMM and an attention efficiency multiplier against the family (vLLM, TensorRT-LLM;
    SGLang's kernels are vLLM's FlashAttention/cuBLAS family and it has no tables, so it takes vLLM's),
-   and each engine's CUDA-graph custom all-reduce latency (median of messages <= 64 KiB, whose time is
+   a grouped-GEMM multiplier and a fixed routing/permutation time for the fused MoE kernels (bf16,
+   balanced routing), and each engine's CUDA-graph custom all-reduce latency (median of messages <= 64 KiB, whose time is
    latency-dominated).
 """
 
@@ -49,7 +50,7 @@ TABLES = [
     ("trtllm", "context_attention", "bf16"), ("vllm", "context_attention", "bf16"),
     ("trtllm", "generation_attention", "bf16"), ("vllm", "generation_attention", "bf16"),
     ("nccl", "all_reduce", "fp16"), ("trtllm", "custom_allreduce", "bf16"), ("vllm", "custom_allreduce", "bf16"),
-    ("sglang", "custom_allreduce", "bf16"),
+    ("sglang", "custom_allreduce", "bf16"), ("trtllm", "moe", "bf16"), ("vllm", "moe", "bf16"),
 ]
 MAX_FIT_ROWS = 12000  # per table, deterministic subsample of the fit rows (keeps the fit under a minute)
 
@@ -172,10 +173,10 @@ def fit_attention(gpu: GpuSpec, tables: dict) -> tuple[GpuSpec, dict]:
     gen = [_bf16_attention(tables[(e, "generation_attention", "bf16")]) for e in ("trtllm", "vllm")]
 
     def model(theta: np.ndarray) -> GpuSpec:
-        f_att, q_half, fixed_us, f_dec = theta
-        return _with(gpu, attention_peak_fraction={"bf16": f_att, "fp16": f_att, "fp8": f_att * 0.75},
+        f_att, q_half, fixed_us, f_dec, softmax_dims = theta
+        return _with(gpu, attention_peak_fraction={"bf16": f_att, "fp16": f_att},
                      attention_q_half=q_half, attention_fixed_s=fixed_us * 1e-6,
-                     decode_attention_bandwidth_fraction=f_dec)
+                     decode_attention_bandwidth_fraction=f_dec, attention_softmax_dims=softmax_dims)
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         g = model(theta)
@@ -183,8 +184,10 @@ def fit_attention(gpu: GpuSpec, tables: dict) -> tuple[GpuSpec, dict]:
         out += [_log_ratio(_gen_attention_pred(g, t), t["latency_ms"] * 1e-3) for t in gen]
         return np.concatenate(out)
 
-    res = _robust_fit(residuals, [0.5, 256.0, 8.0, 0.7], [0.1, 1.0, 0.5, 0.2], [1.0, 16384.0, 60.0, 1.0])
-    return model(res.x), {"theta": res.x.tolist(), "names": ["f_att", "q_half", "fixed_us", "f_dec"]}
+    res = _robust_fit(residuals, [0.6, 256.0, 8.0, 0.7, 64.0], [0.1, 1.0, 0.5, 0.2, 1.0],
+                      [1.2, 16384.0, 60.0, 1.0, 1024.0])
+    names = ["f_att", "q_half", "fixed_us", "f_dec", "softmax_dims"]
+    return model(res.x), {"theta": res.x.tolist(), "names": names}
 
 
 def fit_allreduce(gpu: GpuSpec, nccl: dict[str, np.ndarray]) -> tuple[GpuSpec, dict]:
@@ -202,6 +205,15 @@ def fit_allreduce(gpu: GpuSpec, nccl: dict[str, np.ndarray]) -> tuple[GpuSpec, d
 
     res = _robust_fit(residuals, [0.7, 15.0], [0.1, 1.0], [1.0, 200.0])
     return model(res.x), {"theta": res.x.tolist(), "names": ["f_link", "latency_us"]}
+
+
+def _moe_pred(g: GpuSpec, t: dict[str, np.ndarray], scale: float, overhead_s: float) -> np.ndarray:
+    return K.moe_time_s(
+        g, num_tokens=t["num_tokens"], hidden_size=t["hidden_size"], intermediate_size=t["inter_size"],
+        experts_per_token=t["topk"], num_experts=t["num_experts"], moe_tp=t["moe_tp_size"],
+        moe_ep=t["moe_ep_size"], compute_dtype="bf16", weight_bytes_per_element=2.0, efficiency_scale=scale,
+        overhead_s=overhead_s,
+    )
 
 
 def fit_engine_scales(gpu: GpuSpec, tables: dict) -> dict[str, dict[str, float]]:
@@ -228,6 +240,13 @@ def fit_engine_scales(gpu: GpuSpec, tables: dict) -> dict[str, dict[str, float]]
 
         s_att, fixed_att, block_us = _robust_fit(
             r_att, [1.0, gpu.efficiency.attention_fixed_s * 1e6, 1.0], [0.5, 0.5, 0.0], [1.5, 60.0, 20.0]).x
+        moe = tables[(engine, "moe", "bf16")]
+        moe = {k: v[moe["distribution"] == "balanced"] for k, v in moe.items()}
+
+        def r_moe(theta: np.ndarray, t=moe, s_gemm=s_gemm) -> np.ndarray:
+            return _log_ratio(_moe_pred(gpu, t, s_gemm * theta[0], theta[1] * 1e-6), t["latency_ms"] * 1e-3)
+
+        s_moe, moe_us = _robust_fit(r_moe, [0.8, 10.0], [0.2, 0.0], [1.5, 200.0]).x
         ar = tables[(engine, "custom_allreduce", "bf16")]
         graph = np.array(["graph" in str(b) or str(b) == "trtllm" for b in ar.get("backend", ar.get(
             "implementation", np.array(["trtllm"] * len(ar["latency_ms"]))))])
@@ -238,6 +257,8 @@ def fit_engine_scales(gpu: GpuSpec, tables: dict) -> dict[str, dict[str, float]]
                        "attention_fixed_s": round(float(fixed_att) * 1e-6, 9),
                        "decode_attention_block_s": round(float(block_us) * 1e-6, 9),
                        "decode_attention_blocks_per": BLOCKS_PER[engine],
+                       "moe_efficiency_scale": round(float(s_moe), 4),
+                       "moe_overhead_s": round(float(moe_us) * 1e-6, 9),
                        "allreduce_latency_s": round(lat, 8)}
     sg = tables.get(("sglang", "custom_allreduce", "bf16"))
     # SGLang's decode attention is FlashInfer/FA3 like vLLM's: it takes vLLM's attention fit
@@ -300,6 +321,12 @@ def main() -> None:
     engines = fit_engine_scales(gpu, tables)
     print("engines:", engines)
     report(gpu, tables, engines)
+    for e in ("trtllm", "vllm"):
+        t = tables[(e, "moe", "bf16")]
+        t = {k: v[t["distribution"] == "balanced"] for k, v in t.items()}
+        p = engines[e]
+        pred = _moe_pred(gpu, t, p["gemm_efficiency_scale"] * p["moe_efficiency_scale"], p["moe_overhead_s"])
+        print(f"  fit-rows {e} moe bf16 balanced: %.1f / %.1f %%" % _ape(pred, t["latency_ms"] * 1e-3))
     if args.write:
         fitted_on = (
             "scripts/fit_kernels.py on the fit rows (~holdout_mask) of shared/data/kernels/h100_sxm: GEMM bf16 "

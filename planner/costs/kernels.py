@@ -237,7 +237,9 @@ def prefill_attention_time_s(
     ramp = (c + q) / (c + q + eff.attention_q_half)
     peak_fraction = eff.attention_peak_fraction.get(compute_dtype, eff.attention_peak_fraction["bf16"])
     rate = _peak(gpu, compute_dtype) * peak_fraction * efficiency_scale
-    t_compute = flops / (rate * wave_fill * ramp)
+    # the softmax adds a per-score cost that does not scale with the head dimension
+    softmax_share = 1.0 + eff.attention_softmax_dims / (d + dv)
+    t_compute = flops * softmax_share / (rate * wave_fill * ramp)
     kv_tokens = c + q
     bytes_moved = b * (q * h * (d + dv) * 2.0 + kv_tokens * kvh * (d + dv) * kv_bytes_per_element)
     t_memory = bytes_moved / (gpu.hbm_bandwidth_bytes_per_s * eff.memory_bandwidth_fraction)
@@ -339,6 +341,7 @@ def moe_time_s(
     compute_dtype: str = "bf16",
     weight_bytes_per_element: float = 2.0,
     efficiency_scale: float = 1.0,
+    overhead_s: float = 0.0,
 ) -> FloatArray:
     """Routed-expert computation of one MoE layer on one GPU (grouped GEMMs), excluding communication [s].
 
@@ -374,7 +377,7 @@ def moe_time_s(
         total = total + eff.kernel_fixed_s + _soft_max(t_compute, traffic / bw, eff.overlap_exponent)
     # routing, permutation and the activation between the two GEMMs: streaming kernels
     elementwise_bytes = slots * (up_n + 2.0 * h) * 2.0
-    return total + 2.0 * eff.kernel_fixed_s + elementwise_bytes / bw
+    return total + overhead_s + elementwise_bytes / bw
 
 
 def allreduce_time_s(

@@ -234,7 +234,7 @@ def _group_ops(
             gpu, num_tokens=all_tokens, hidden_size=hidden, intermediate_size=ffn.intermediate_size,
             experts_per_token=ffn.num_experts_per_token, num_experts=ffn.num_experts, moe_tp=moe_tp,
             moe_ep=moe_ep, gated=ffn.gated, compute_dtype=p.cdtype, weight_bytes_per_element=p.w_bytes,
-            efficiency_scale=eng.gemm_efficiency_scale,
+            efficiency_scale=eng.gemm_efficiency_scale * eng.moe_efficiency_scale, overhead_s=eng.moe_overhead_s,
         )
         mats = 3.0 if ffn.gated else 2.0
         slots = all_tokens * ffn.num_experts_per_token / moe_ep

@@ -46,6 +46,11 @@ class EngineProfile:
     decode_attention_blocks_per: str = "kv_head"
     #: minimum duration of one such thread block on one SM [s] (0 = not modelled)
     decode_attention_block_s: float = 0.0
+    #: grouped-GEMM efficiency of the fused MoE kernels against a dense GEMM of the same shape
+    moe_efficiency_scale: float = 1.0
+    #: fixed time of the MoE pipeline beyond its two GEMMs: routing top-k, token permutation,
+    #: un-permutation and weighted combine [s]
+    moe_overhead_s: float = 0.0
     fitted_on: str = ""
 
 
