@@ -103,8 +103,15 @@ def weight_bytes_per_gpu(ctx: CostContext) -> float:
     return total
 
 
-def kv_bytes_per_token_per_gpu(ctx: CostContext) -> float:
-    """KV-cache bytes one token adds on one GPU (its TP share of its pipeline stage's layers)."""
+def kv_bytes_per_token_per_gpu(ctx: CostContext, context_tokens: int | None = None) -> float:
+    """KV-cache bytes per token on one GPU (its TP share of its pipeline stage's layers).
+
+    With ``context_tokens`` (the length sequences reach), the figure is the average over such a
+    sequence: a sliding-window layer holds at most ``window`` tokens (vLLM frees blocks that fall out of
+    the window), and a linear-attention layer's fixed recurrent state (fp32) is spread over the
+    sequence. Without it, every attention layer counts in full and linear layers not at all (the
+    conservative long-context figure).
+    """
     model = ctx.model
     par = ctx.parallelism
     kv = DTYPE_BYTES[ctx.kv_dtype]
@@ -113,10 +120,16 @@ def kv_bytes_per_token_per_gpu(ctx: CostContext) -> float:
         att = group.attention
         if att.kind == "gqa":
             per_layer = kv_heads_per_gpu(att.num_kv_heads, par.tp) * (att.head_dim + att.v_head_dim) * kv
+            if att.sliding_window and context_tokens:
+                per_layer *= min(1.0, att.sliding_window / context_tokens)
         elif att.kind == "mla":
             per_layer = (att.kv_lora_rank + att.qk_rope_head_dim) * kv  # replicated on every TP rank
         else:
             per_layer = 0.0
+            if context_tokens:
+                heads = max(1, att.linear_num_value_heads // par.tp)
+                state = heads * att.linear_key_head_dim * att.linear_value_head_dim * 4.0
+                per_layer = state / context_tokens
         total += per_layer * group.num_layers
     return total / par.pp
 
@@ -144,14 +157,18 @@ def activation_bytes_per_gpu(ctx: CostContext, tokens: int = PROFILE_TOKENS) -> 
 
 
 def memory_plan(ctx: CostContext, *, max_context_tokens: int | None = None) -> MemoryPlan:
-    """Per-GPU memory budget and KV capacity of the worker (``max_context_tokens`` is informative only)."""
+    """Per-GPU memory budget and KV capacity of the worker.
+
+    ``max_context_tokens`` is the length the sequences reach; it matters for sliding-window and
+    linear-attention layers (see :func:`kv_bytes_per_token_per_gpu`).
+    """
     gpu = ctx.gpu
     mem = gpu.memory_bytes
     reserved = mem * (1.0 - GPU_MEMORY_UTILIZATION_FRACTION) + RUNTIME_RESERVE_BYTES
     weights = weight_bytes_per_gpu(ctx)
     acts = activation_bytes_per_gpu(ctx)
     kv_space = mem - reserved - weights - acts
-    per_token = kv_bytes_per_token_per_gpu(ctx)
+    per_token = kv_bytes_per_token_per_gpu(ctx, max_context_tokens)
     fits = kv_space > 0
     if per_token > 0:
         capacity = int(max(kv_space, 0.0) // per_token) * ctx.parallelism.dp

@@ -124,6 +124,7 @@ def _context_attention(
             kv_bytes_per_element=width,
             compute_dtype=dtype,
             efficiency_scale=scale,
+            fixed_s=None if engine is None else engine.attention_fixed_s,
         ),
     )
 
@@ -144,6 +145,9 @@ def _generation_attention(
             sliding_window=t["window_size"][r],
             kv_bytes_per_element=width,
             efficiency_scale=scale,
+            fixed_s=None if engine is None else engine.attention_fixed_s,
+            block_s=0.0 if engine is None else engine.decode_attention_block_s,
+            blocks_per="kv_head" if engine is None else engine.decode_attention_blocks_per,
         ),
     )
 
@@ -169,7 +173,8 @@ def _moe(
                 gated=flag,
                 compute_dtype=dtype,
                 weight_bytes_per_element=width,
-                efficiency_scale=1.0 if engine is None else engine.gemm_efficiency_scale,
+                efficiency_scale=1.0 if engine is None else engine.gemm_efficiency_scale * engine.moe_efficiency_scale,
+                overhead_s=0.0 if engine is None else engine.moe_overhead_s,
             )
     return out
 
