@@ -108,87 +108,108 @@ class _Pass:
         self.add(name, "compute", t, flops, traffic)
 
 
-def _group_ops(
-    p: _Pass, group: LayerGroup, layers: float, *, tokens: FloatArray, batch: FloatArray,
-    q_tokens: FloatArray, cached: FloatArray, decode: bool,
+def _decode_attention(p: _Pass, group: LayerGroup, layers: float, batch: FloatArray, context: FloatArray) -> None:
+    """Attention of ``batch`` decoding sequences, each with ``context`` tokens cached (zero when batch = 0)."""
+    ctx, gpu, par = p.ctx, p.gpu, p.par
+    att, eng = group.attention, ctx.engine
+    on = (np.asarray(batch) > 0).astype(np.float64)
+    b = np.maximum(np.asarray(batch, dtype=np.float64) / par.dp, 1.0)
+    heads = max(1, att.num_heads // par.tp)
+    window = att.sliding_window or 0
+    blocks = {"fixed_s": eng.attention_fixed_s, "block_s": eng.decode_attention_block_s,
+              "blocks_per": eng.decode_attention_blocks_per, "efficiency_scale": eng.attention_efficiency_scale}
+    if att.kind == "gqa":
+        kvh = kv_heads_per_gpu(att.num_kv_heads, par.tp)
+        t = K.decode_attention_time_s(
+            gpu, batch_size=b, context_tokens=context + 1.0, num_heads=heads, num_kv_heads=kvh,
+            head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window,
+            kv_bytes_per_element=p.kv_bytes, **blocks,
+        )
+        nbytes = K.decode_attention_bytes(
+            batch_size=b, context_tokens=context + 1.0, num_kv_heads=kvh, head_dim=att.head_dim,
+            v_head_dim=att.v_head_dim, sliding_window=window, kv_bytes_per_element=p.kv_bytes,
+        )
+        f = K.attention_flops(batch_size=b, q_tokens=1.0, cached_tokens=context, num_heads=heads,
+                              head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window)
+    elif att.kind == "mla":
+        # absorbed MLA: all heads attend over the shared latent cache (one "KV head" of width `latent`)
+        latent = att.kv_lora_rank + att.qk_rope_head_dim
+        t = K.decode_attention_time_s(
+            gpu, batch_size=b, context_tokens=context + 1.0, num_heads=heads, num_kv_heads=1,
+            head_dim=latent, v_head_dim=att.kv_lora_rank, kv_bytes_per_element=p.kv_bytes * 0.5, **blocks,
+        )
+        nbytes = b * (context + 1.0) * latent * p.kv_bytes
+        f = K.attention_flops(batch_size=b, q_tokens=1.0, cached_tokens=context, num_heads=heads,
+                              head_dim=latent, v_head_dim=att.kv_lora_rank)
+    else:
+        return
+    p.add("attention.decode", "memory", on * layers * t, on * layers * f, on * layers * nbytes)
+
+
+def _prefill_attention(
+    p: _Pass, group: LayerGroup, layers: float, seqs: FloatArray, q_tokens: FloatArray, cached: FloatArray
 ) -> None:
-    """Add one layer group's operators (``layers`` of its layers on one pipeline stage) to the pass."""
+    """Attention of ``seqs`` prompts (or chunks) of ``q_tokens`` new tokens after ``cached`` earlier ones."""
+    ctx, gpu, par = p.ctx, p.gpu, p.par
+    att, eng = group.attention, ctx.engine
+    on = (np.asarray(seqs) > 0).astype(np.float64)
+    n = np.maximum(np.asarray(seqs, dtype=np.float64) / par.dp, 1.0)
+    q_tokens = np.maximum(q_tokens, 1.0)  # costed only where seqs > 0; keeps the off cells finite
+    heads = max(1, att.num_heads // par.tp)
+    window = att.sliding_window or 0
+    common = {"efficiency_scale": eng.attention_efficiency_scale, "fixed_s": eng.attention_fixed_s}
+    if att.kind == "gqa":
+        kvh = kv_heads_per_gpu(att.num_kv_heads, par.tp)
+        t = K.prefill_attention_time_s(
+            gpu, batch_size=n, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads, num_kv_heads=kvh,
+            head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window,
+            kv_bytes_per_element=p.kv_bytes, **common,
+        )
+        b = n * (q_tokens + cached) * kvh * (att.head_dim + att.v_head_dim) * p.kv_bytes
+    elif att.kind == "mla":
+        # the cached prefix's latents are expanded through kv_b like the new tokens' (MHA-style prefill)
+        if np.any(np.asarray(cached) > 0):
+            kv_b = next(lin for lin in ctx.model.attention_linears(group) if lin.name == "kv_b")
+            p.linear("attn.kv_b.cached", kv_b, on * n * cached, layers)
+        t = K.prefill_attention_time_s(
+            gpu, batch_size=n, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads, num_kv_heads=heads,
+            head_dim=att.head_dim, v_head_dim=att.v_head_dim, kv_bytes_per_element=2.0, **common,
+        )
+        b = n * (q_tokens + cached) * heads * (att.head_dim + att.v_head_dim) * 2.0
+    else:
+        return
+    f = K.attention_flops(batch_size=n, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
+                          head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window)
+    p.add("attention.prefill", "compute", on * layers * t, on * layers * f, on * layers * b)
+
+
+def _group_ops(
+    p: _Pass, group: LayerGroup, layers: float, *, decode_batch: FloatArray, decode_context: FloatArray,
+    prefill_seqs: FloatArray, prefill_q: FloatArray, prefill_cached: FloatArray,
+) -> None:
+    """Add one layer group's operators to the pass: ``decode_batch`` decoding sequences and ``prefill_seqs``
+    prompt chunks of ``prefill_q`` new tokens share one iteration (a mixed batch when both are > 0)."""
     ctx, gpu, par = p.ctx, p.gpu, p.par
     model = ctx.model
     att = group.attention
     hidden = model.hidden_size
     tp = par.tp
+    tokens = decode_batch + prefill_seqs * prefill_q
     # attention data parallelism: each dp rank runs attention on its share of the batch
     att_tokens = tokens / par.dp
-    att_batch = np.maximum(batch / par.dp, 1.0)
+    att_batch = np.maximum((decode_batch + prefill_seqs) / par.dp, 1.0)
     for lin in fuse_siblings(model.attention_linears(group)):
         p.linear(f"attn.{lin.name}" if att.kind != "linear" else f"linear_attn.{lin.name}", lin, att_tokens,
                  layers)
-    heads = max(1, att.num_heads // tp)
-    window = att.sliding_window or 0
-    eng = ctx.engine
-    if att.kind == "gqa":
-        kvh = kv_heads_per_gpu(att.num_kv_heads, tp)
-        if decode:
-            t = K.decode_attention_time_s(
-                gpu, batch_size=att_batch, context_tokens=cached + 1.0, num_heads=heads, num_kv_heads=kvh,
-                head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window,
-                kv_bytes_per_element=p.kv_bytes, efficiency_scale=eng.attention_efficiency_scale,
-                fixed_s=eng.attention_fixed_s, block_s=eng.decode_attention_block_s,
-                blocks_per=eng.decode_attention_blocks_per,
-            )
-            b = K.decode_attention_bytes(
-                batch_size=att_batch, context_tokens=cached + 1.0, num_kv_heads=kvh, head_dim=att.head_dim,
-                v_head_dim=att.v_head_dim, sliding_window=window, kv_bytes_per_element=p.kv_bytes,
-            )
-            f = K.attention_flops(batch_size=att_batch, q_tokens=1.0, cached_tokens=cached, num_heads=heads,
-                                  head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window)
-            p.add("attention.decode", "memory", layers * t, layers * f, layers * b)
+    _decode_attention(p, group, layers, decode_batch, decode_context)
+    _prefill_attention(p, group, layers, prefill_seqs, prefill_q, prefill_cached)
+    if att.kind in ("gqa", "mla"):
+        if att.kind == "gqa":
+            width = kv_heads_per_gpu(att.num_kv_heads, tp) * (att.head_dim + att.v_head_dim)
         else:
-            seqs = att_batch
-            t = K.prefill_attention_time_s(
-                gpu, batch_size=seqs, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
-                num_kv_heads=kvh, head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window,
-                kv_bytes_per_element=p.kv_bytes, efficiency_scale=eng.attention_efficiency_scale,
-                fixed_s=eng.attention_fixed_s,
-            )
-            f = K.attention_flops(batch_size=seqs, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
-                                  head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window)
-            b = seqs * (q_tokens + cached) * kvh * (att.head_dim + att.v_head_dim) * p.kv_bytes
-            p.add("attention.prefill", "compute", layers * t, layers * f, layers * b)
-        # writing the new tokens' K and V into the paged cache
-        kv_write = att_tokens * kvh * (att.head_dim + att.v_head_dim) * p.kv_bytes
-        p.add("kv_cache.write", "memory", K.streaming_time_s(gpu, bytes_moved=layers * kv_write, count=layers),
-              0.0, layers * kv_write)
-    elif att.kind == "mla":
-        latent = att.kv_lora_rank + att.qk_rope_head_dim
-        if decode:
-            # absorbed MLA: all heads attend over the shared latent cache (one "KV head" of width `latent`)
-            t = K.decode_attention_time_s(
-                gpu, batch_size=att_batch, context_tokens=cached + 1.0, num_heads=heads, num_kv_heads=1,
-                head_dim=latent, v_head_dim=att.kv_lora_rank, kv_bytes_per_element=p.kv_bytes * 0.5,
-                efficiency_scale=eng.attention_efficiency_scale, fixed_s=eng.attention_fixed_s,
-                block_s=eng.decode_attention_block_s, blocks_per=eng.decode_attention_blocks_per,
-            )
-            b = att_batch * (cached + 1.0) * latent * p.kv_bytes
-            f = K.attention_flops(batch_size=att_batch, q_tokens=1.0, cached_tokens=cached, num_heads=heads,
-                                  head_dim=latent, v_head_dim=att.kv_lora_rank)
-            p.add("attention.decode", "memory", layers * t, layers * f, layers * b)
-        else:
-            # the cached prefix's latents are expanded through kv_b like the new tokens' (MHA-style prefill)
-            if np.any(np.asarray(cached) > 0):
-                kv_b = next(lin for lin in model.attention_linears(group) if lin.name == "kv_b")
-                p.linear("attn.kv_b", kv_b, att_batch * cached, layers)
-            t = K.prefill_attention_time_s(
-                gpu, batch_size=att_batch, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
-                num_kv_heads=heads, head_dim=att.head_dim, v_head_dim=att.v_head_dim, kv_bytes_per_element=2.0,
-                efficiency_scale=eng.attention_efficiency_scale, fixed_s=eng.attention_fixed_s,
-            )
-            f = K.attention_flops(batch_size=att_batch, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
-                                  head_dim=att.head_dim, v_head_dim=att.v_head_dim)
-            b = att_batch * (q_tokens + cached) * heads * (att.head_dim + att.v_head_dim) * 2.0
-            p.add("attention.prefill", "compute", layers * t, layers * f, layers * b)
-        kv_write = att_tokens * latent * p.kv_bytes
+            width = att.kv_lora_rank + att.qk_rope_head_dim
+        # writing the new tokens' K and V (or latents) into the paged cache
+        kv_write = att_tokens * width * p.kv_bytes
         p.add("kv_cache.write", "memory", K.streaming_time_s(gpu, bytes_moved=layers * kv_write, count=layers),
               0.0, layers * kv_write)
     else:  # linear attention: recurrent state update, chunked scan in prefill
@@ -202,7 +223,8 @@ def _group_ops(
         t = gpu.efficiency.kernel_fixed_s * 3 + np.maximum(
             f / rate, io / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.memory_bandwidth_fraction)
         )
-        p.add("linear_attention.scan", "memory" if decode else "compute", layers * t, layers * f, layers * io)
+        p.add("linear_attention.scan", "memory", layers * t, layers * f, layers * io)
+    eng = ctx.engine
 
     # TP all-reduce after the attention output projection
     if tp > 1:
@@ -264,16 +286,18 @@ def _group_ops(
 
 
 def _run_pass(
-    ctx: CostContext, *, tokens: FloatArray, batch: FloatArray, q_tokens: FloatArray, cached: FloatArray,
-    decode: bool,
+    ctx: CostContext, *, decode_batch: FloatArray, decode_context: FloatArray, prefill_seqs: FloatArray,
+    prefill_q: FloatArray, prefill_cached: FloatArray,
 ) -> _Pass:
     validate_parallelism(ctx)
     p = _Pass(ctx)
     pp = ctx.parallelism.pp
+    tokens = decode_batch + prefill_seqs * prefill_q
+    batch = decode_batch + prefill_seqs
     for group in ctx.model.layer_groups:
-        # all stages run in sequence for one batch: the whole group's layers count once per GPU-row
-        _group_ops(p, group, float(group.num_layers), tokens=tokens, batch=batch, q_tokens=q_tokens,
-                   cached=cached, decode=decode)
+        # a batch crosses every pipeline stage in turn: its latency sums all layers of all stages
+        _group_ops(p, group, float(group.num_layers), decode_batch=decode_batch, decode_context=decode_context,
+                   prefill_seqs=prefill_seqs, prefill_q=prefill_q, prefill_cached=prefill_cached)
     model = ctx.model
     # LM head (vocab-parallel over TP) on the last position of every sequence, then the logits gather
     lm_head = Linear(name="lm_head", in_features=model.hidden_size, out_features=model.vocab_size, split="column")
@@ -319,14 +343,41 @@ def _prefill_pass(ctx: CostContext, prompt_tokens: ArrayLike, batch_size: ArrayL
     batch = np.asarray(batch_size, dtype=np.float64)
     cached = np.asarray(cached_tokens, dtype=np.float64)
     q = np.maximum(prompt - cached, 1.0)
-    return _run_pass(ctx, tokens=batch * q, batch=batch, q_tokens=q, cached=cached, decode=False)
+    zero = np.zeros(np.broadcast(prompt, batch, cached).shape)
+    return _run_pass(ctx, decode_batch=zero, decode_context=zero, prefill_seqs=batch + zero, prefill_q=q,
+                     prefill_cached=cached)
 
 
 def _decode_pass(ctx: CostContext, batch_size: ArrayLike, context_tokens: ArrayLike) -> _Pass:
     batch = np.asarray(batch_size, dtype=np.float64)
     ctx_tokens = np.asarray(context_tokens, dtype=np.float64)
-    return _run_pass(ctx, tokens=batch, batch=batch, q_tokens=np.ones_like(batch), cached=ctx_tokens,
-                     decode=True)
+    zero = np.zeros(np.broadcast(batch, ctx_tokens).shape)
+    return _run_pass(ctx, decode_batch=batch + zero, decode_context=ctx_tokens + zero, prefill_seqs=zero,
+                     prefill_q=zero, prefill_cached=zero)
+
+
+def mixed_step_latency_s(
+    ctx: CostContext, *, decode_batch: ArrayLike, decode_context_tokens: ArrayLike,
+    prefill_tokens: ArrayLike, prefill_cached_tokens: ArrayLike = 0, prefill_sequences: ArrayLike = 1,
+) -> FloatArray:
+    """One scheduler iteration of continuous batching with chunked prefill [s], vectorized.
+
+    ``decode_batch`` running sequences (each with ``decode_context_tokens`` cached) emit one token each,
+    while ``prefill_sequences`` prompt chunks of ``prefill_tokens`` new tokens in total, each after
+    ``prefill_cached_tokens`` earlier tokens of its prompt, are prefilled in the same forward pass
+    (Sarathi-Serve's stall-free batching; vLLM's chunked prefill). Either part may be zero.
+    """
+    dec = np.asarray(decode_batch, dtype=np.float64)
+    dctx = np.asarray(decode_context_tokens, dtype=np.float64)
+    pre = np.asarray(prefill_tokens, dtype=np.float64)
+    cached = np.asarray(prefill_cached_tokens, dtype=np.float64)
+    seqs = np.asarray(prefill_sequences, dtype=np.float64)
+    zero = np.zeros(np.broadcast(dec, dctx, pre, cached, seqs).shape)
+    seqs_on = np.where(pre > 0, np.maximum(seqs, 1.0), 0.0) + zero
+    q = np.where(seqs_on > 0, pre / np.maximum(seqs_on, 1.0), 0.0)
+    p = _run_pass(ctx, decode_batch=dec + zero, decode_context=dctx + zero, prefill_seqs=seqs_on, prefill_q=q,
+                  prefill_cached=cached + zero)
+    return sum((op.time_s for op in p.ops.values()), np.zeros(()))
 
 
 def _summarize(ctx: CostContext, p: _Pass, memory) -> PassCost:  # noqa: ANN001
