@@ -43,6 +43,7 @@ def load_engine_profiles() -> Mapping[str, EngineProfile]:
             decode_attention_block_s=float(entry.get("decode_attention_block_s", 0.0)),
             moe_efficiency_scale=float(entry.get("moe_efficiency_scale", 1.0)),
             moe_overhead_s=float(entry.get("moe_overhead_s", 0.0)),
+            request_overhead_s=float(entry.get("request_overhead_s", 0.0)),
             fitted_on=str(entry.get("fitted_on", "")),
         )
     return MappingProxyType(profiles)

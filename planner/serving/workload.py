@@ -1,0 +1,171 @@
+"""Workloads: request-length distributions and arrival processes.
+
+A length distribution is held as a small set of representative points with probabilities (equal-mass
+quantile bins for continuous laws), so every serving formula can evaluate all of them in one numpy pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import stats
+
+from planner.errors import InvalidInput
+
+#: points used to represent a continuous distribution (equal-probability bins, value at the bin's
+#: median quantile); 64 keeps quantiles of sums within ~1 % of the continuous law's
+NUM_QUANTILE_POINTS = 64
+#: z-score of the 90th percentile of a standard normal
+Z90 = float(stats.norm.ppf(0.9))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LengthDistribution:
+    """A distribution of token counts: ``values[i]`` tokens with probability ``weights[i]``."""
+
+    values: NDArray[np.float64]
+    weights: NDArray[np.float64]
+    kind: str = "fixed"
+
+    @property
+    def mean(self) -> float:
+        return float(np.dot(self.values, self.weights))
+
+    @property
+    def second_moment(self) -> float:
+        return float(np.dot(self.values**2, self.weights))
+
+    @property
+    def max(self) -> float:
+        return float(np.max(self.values))
+
+    def quantile(self, q: float) -> float:
+        """Smallest value whose cumulative probability reaches ``q`` (0..1)."""
+        order = np.argsort(self.values)
+        cdf = np.cumsum(self.weights[order])
+        idx = int(np.searchsorted(cdf, q - 1e-12))
+        return float(self.values[order][min(idx, len(order) - 1)])
+
+    def scaled(self, factor: float) -> LengthDistribution:
+        """The same shape with every value multiplied by ``factor`` (e.g. the uncached share of a prompt)."""
+        return LengthDistribution(values=self.values * factor, weights=self.weights, kind=self.kind)
+
+
+def fixed_length(tokens: int) -> LengthDistribution:
+    if tokens < 1:
+        raise InvalidInput(f"a token count must be >= 1, got {tokens}", field="tokens")
+    return LengthDistribution(values=np.array([float(tokens)]), weights=np.array([1.0]), kind="fixed")
+
+
+def sampled_lengths(samples: Sequence[int]) -> LengthDistribution:
+    """The empirical distribution of observed lengths (each sample equally likely)."""
+    arr = np.asarray(samples, dtype=np.float64)
+    if arr.size == 0 or np.any(arr < 1) or not np.all(np.isfinite(arr)):
+        raise InvalidInput("samples must be a non-empty list of token counts >= 1", field="samples")
+    values, counts = np.unique(arr, return_counts=True)
+    return LengthDistribution(values=values, weights=counts / counts.sum(), kind="samples")
+
+
+def histogram_lengths(values: Sequence[float], weights: Sequence[float]) -> LengthDistribution:
+    """An empirical histogram: ``values`` (bin centres, tokens) with relative frequencies ``weights``."""
+    v = np.asarray(values, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    if v.size == 0 or v.shape != w.shape:
+        raise InvalidInput("histogram needs equally long, non-empty values and weights", field="values")
+    if np.any(v < 1) or np.any(w < 0) or w.sum() <= 0 or not np.all(np.isfinite(v)) or not np.all(np.isfinite(w)):
+        raise InvalidInput("histogram values must be >= 1 and weights >= 0 with a positive sum", field="weights")
+    keep = w > 0
+    return LengthDistribution(values=v[keep], weights=w[keep] / w[keep].sum(), kind="histogram")
+
+
+def lognormal_lengths(
+    *, mean: float | None = None, median: float | None = None, p90: float, max_tokens: float | None = None
+) -> LengthDistribution:
+    """A lognormal law given its p90 and either its mean or its median, as equal-mass quantile points.
+
+    With median ``m`` and p90: ``σ = ln(p90/m) / z90``. With the mean: ``ln(p90/mean) = z90·σ − σ²/2``,
+    whose smaller root is taken; no lognormal has ``p90 / mean > exp(z90²/2) ≈ 2.27`` (the function
+    ``z90·σ − σ²/2`` peaks at σ = z90), and such a request is refused rather than silently reshaped.
+    """
+    if (mean is None) == (median is None):
+        raise InvalidInput("a lognormal needs p90 and exactly one of mean or median", field="mean")
+    if p90 is None or p90 <= 0 or (mean is not None and mean <= 0) or (median is not None and median <= 0):
+        raise InvalidInput("lognormal mean, median and p90 must be positive", field="p90")
+    if median is not None:
+        if p90 < median:
+            raise InvalidInput("a lognormal's p90 cannot be below its median", field="p90")
+        sigma = np.log(p90 / median) / Z90
+        mu = float(np.log(median))
+    else:
+        assert mean is not None
+        gap = float(np.log(p90 / mean))
+        disc = Z90**2 - 2.0 * gap
+        if disc < 0:
+            raise InvalidInput(
+                f"no lognormal has mean {mean:g} and p90 {p90:g}: p90/mean = {p90 / mean:.2f} exceeds "
+                f"{np.exp(Z90**2 / 2):.2f}, the largest a lognormal allows; give the median instead of the mean "
+                f"(a median of {mean:g} with this p90 is a valid lognormal) or a histogram",
+                field="mean",
+            )
+        sigma = Z90 - float(np.sqrt(disc))
+        mu = float(np.log(mean) - sigma**2 / 2.0)
+    q = (np.arange(NUM_QUANTILE_POINTS) + 0.5) / NUM_QUANTILE_POINTS
+    values = np.exp(mu + sigma * stats.norm.ppf(q))
+    values = np.maximum(np.round(values), 1.0)
+    if max_tokens is not None:
+        values = np.minimum(values, max_tokens)
+    return LengthDistribution(values=values, weights=np.full(NUM_QUANTILE_POINTS, 1.0 / NUM_QUANTILE_POINTS),
+                              kind="lognormal")
+
+
+ArrivalKind = Literal["poisson", "gamma", "closed_loop"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Arrival:
+    """How requests arrive.
+
+    ``poisson``: open loop at ``rate_per_s``; ``gamma``: open loop with gamma-distributed inter-arrival
+    times of coefficient of variation ``cv`` (bursty when cv > 1); ``closed_loop``: ``concurrency`` clients,
+    each sending its next request when its previous one completes (what benchmark tools run with
+    ``--max-concurrency``).
+    """
+
+    kind: ArrivalKind
+    rate_per_s: float | None = None
+    cv: float = 1.0
+    concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind in ("poisson", "gamma"):
+            if self.rate_per_s is None or not np.isfinite(self.rate_per_s) or self.rate_per_s <= 0:
+                raise InvalidInput("an open-loop arrival needs rate_per_s > 0", field="arrival.rate_per_s")
+            if self.kind == "gamma" and (not np.isfinite(self.cv) or self.cv <= 0):
+                raise InvalidInput("gamma arrivals need cv > 0", field="arrival.cv")
+        elif self.kind == "closed_loop":
+            if self.concurrency is None or self.concurrency < 1:
+                raise InvalidInput("a closed loop needs concurrency >= 1", field="arrival.concurrency")
+        else:
+            raise InvalidInput(f"unknown arrival kind {self.kind!r}", field="arrival.kind")
+
+    @property
+    def arrival_cv(self) -> float:
+        """Coefficient of variation of inter-arrival times (1 for Poisson)."""
+        return 1.0 if self.kind == "poisson" else self.cv
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    input_tokens: LengthDistribution
+    output_tokens: LengthDistribution
+    arrival: Arrival
+    #: fraction of prompt tokens found in the prefix cache (they skip prefill compute)
+    prefix_cache_hit_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.prefix_cache_hit_fraction < 1.0:
+            raise InvalidInput("prefix_cache_hit_fraction must be in [0, 1)", field="prefix_cache_hit_fraction")
