@@ -29,6 +29,29 @@ Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 EngineId = Literal["vllm", "sglang", "trtllm"]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
+#: most identical replicas or workers of one pool [workers]
+MAX_WORKERS = 100_000
+#: most clients of a closed loop [clients]
+MAX_CONCURRENCY = 1_000_000
+#: fastest open-loop arrival rate accepted [requests/s]
+MAX_RATE_PER_S = 1e6
+#: most entries of a list of length samples or histogram bins (longer lists are a 413)
+MAX_SAMPLES = 100_000
+#: longest latency target accepted [s]
+MAX_LATENCY_S = 1e6
+
+WorkerCount = Annotated[int, Field(ge=1, le=MAX_WORKERS, description="Identical workers [workers]")]
+Concurrency = Annotated[
+    int, Field(ge=1, le=MAX_CONCURRENCY, description="Clients of a closed loop, each with one request in flight")
+]
+RatePerS = Annotated[
+    float, Field(gt=0, le=MAX_RATE_PER_S, allow_inf_nan=False, description="An arrival rate [requests/s]")
+]
+Percentile = Annotated[float, Field(gt=0, lt=100, description="A percentile, in (0, 100)")]
+LatencyTarget = Annotated[
+    float, Field(gt=0, le=MAX_LATENCY_S, allow_inf_nan=False, description="A latency target [s]")
+]
+
 _REQUEST = ConfigDict(extra="forbid", protected_namespaces=())
 _RESPONSE = ConfigDict(protected_namespaces=())
 
@@ -40,6 +63,33 @@ class ParallelismIn(BaseModel):
     pp: PpDegree = 1
     dp: DpDegree = 1
     ep: EpDegree = 1
+
+
+class ModelChoice(BaseModel):
+    """What runs, without where: a catalog model or an inline config, the engine and the dtypes.
+
+    The same fields and defaults as ``EstimateRequest``, for requests that place the model on GPUs
+    elsewhere in their body (``deployment``).
+    """
+
+    model_config = _REQUEST
+
+    model: CatalogId | None = Field(None, description="Catalog model id (Hugging Face repo id)")
+    inline_model_config: dict[str, Any] | None = Field(
+        None, alias="model_config", description="An inline Hugging Face config.json instead of `model`"
+    )
+    engine: EngineId = "vllm"
+    weight_dtype: Dtype | None = Field(None, description="Default: the model's native dtype, else bf16")
+    kv_dtype: Dtype | None = Field(None, description="Default: follows the weights (bf16 for 4-bit)")
+
+    @model_validator(mode="after")
+    def _exactly_one_model(self) -> ModelChoice:
+        if (self.model is None) == (self.inline_model_config is None):
+            field = "model" if self.model is None else "model_config"
+            raise PydanticCustomError(
+                "model_choice", "give exactly one of 'model' and 'model_config'", {"field": field}
+            )
+        return self
 
 
 class EstimateRequest(BaseModel):

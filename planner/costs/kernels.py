@@ -72,7 +72,7 @@ def gemm_utilization(gpu: GpuSpec, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> 
         Rows (tokens), output features and reduction depth [elements].
     """
     eff = gpu.efficiency
-    m = np.asarray(m, dtype=np.float64)
+    m = np.maximum(np.asarray(m, dtype=np.float64), 1.0)  # an empty GEMM is costed as a 1-row one
     n = np.asarray(n, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     num_units = float(gpu.num_compute_units)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import Any, Protocol
 
 from fastapi import APIRouter
 
@@ -20,7 +21,7 @@ from planner.api.schemas import (
     PrefillRequest,
     PrefillResponse,
 )
-from planner.costs import CostContext, Parallelism, PassCost, decode_cost, prefill_cost
+from planner.costs import CostContext, EngineProfile, Parallelism, PassCost, decode_cost, prefill_cost
 from planner.errors import RequestTooLarge, UnsupportedConfiguration, UnsupportedModel
 from planner.hardware import find_gpu
 from planner.models import ModelArchitecture, from_hf_config
@@ -43,26 +44,48 @@ def _inline_model(config: dict[str, object]) -> ModelArchitecture:
         raise UnsupportedModel(f"model_config could not be read: {exc!r}", field="model_config") from exc
 
 
+class ModelFields(Protocol):
+    """The request fields that say what runs: ``EstimateRequest`` and ``ModelChoice`` both have them."""
+
+    model: str | None
+    inline_model_config: dict[str, Any] | None
+
+
+def resolve_model(body: ModelFields, catalogs: Catalogs) -> ModelArchitecture:
+    """The architecture of the catalog ``model`` or of the inline ``model_config`` (exactly one is set)."""
+    if body.inline_model_config is not None:
+        return _inline_model(body.inline_model_config)
+    assert body.model is not None  # the request model guarantees exactly one
+    return catalogs.models.get(body.model)
+
+
+def resolve_engine(engine_id: str, catalogs: Catalogs) -> EngineProfile:
+    if engine_id not in catalogs.engines:
+        raise UnsupportedConfiguration(f"no profile for engine {engine_id!r}", field="engine")
+    return catalogs.engines[engine_id]
+
+
+def resolve_dtypes(arch: ModelArchitecture, weight_dtype: str | None, kv_dtype: str | None) -> tuple[str, str]:
+    """(weight, KV) dtypes: the weights default to the checkpoint's native dtype (else bf16), the KV
+    cache follows the weights (``ModelArchitecture.default_kv_dtype``)."""
+    weights = weight_dtype or arch.native_weight_dtype or "bf16"
+    return weights, kv_dtype or arch.default_kv_dtype(weights)
+
+
 def build_context(body: EstimateRequest, catalogs: Catalogs) -> CostContext:
     """Resolve the ids and defaults of a request into a ``CostContext``.
 
     The weight dtype defaults to the checkpoint's native one (else bf16), the KV dtype follows the
     weights (``ModelArchitecture.default_kv_dtype``).
     """
-    if body.inline_model_config is not None:
-        arch = _inline_model(body.inline_model_config)
-    else:
-        assert body.model is not None  # the request model guarantees exactly one
-        arch = catalogs.models.get(body.model)
+    arch = resolve_model(body, catalogs)
     gpu = find_gpu(catalogs.gpus, body.gpu)
-    if body.engine not in catalogs.engines:
-        raise UnsupportedConfiguration(f"no profile for engine {body.engine!r}", field="engine")
-    weight_dtype = body.weight_dtype or arch.native_weight_dtype or "bf16"
-    kv_dtype = body.kv_dtype or arch.default_kv_dtype(weight_dtype)
+    engine = resolve_engine(body.engine, catalogs)
+    weight_dtype, kv_dtype = resolve_dtypes(arch, body.weight_dtype, body.kv_dtype)
     ctx = CostContext(
         model=arch,
         gpu=gpu,
-        engine=catalogs.engines[body.engine],
+        engine=engine,
         weight_dtype=weight_dtype,
         kv_dtype=kv_dtype,
         parallelism=Parallelism(**body.parallelism.model_dump()),

@@ -1,0 +1,292 @@
+"""Aggregated serving: continuous batching with a token budget (vLLM's scheduler), in closed form.
+
+Per replica, in steady state. Every iteration carries the ``B`` running decodes (one token each) and,
+when prompts are waiting, spends the rest of the token budget ``C = token_budget − B`` on prefill chunks
+(chunked prefill, Sarathi-Serve's stall-free batching); without chunked prefill a waiting prompt gets a
+prefill-only iteration of its own and the running streams wait for it.
+
+Balance equations (rates per replica; ``λ`` requests/s, prompt ``L`` of which ``Lp`` need computing,
+output ``O`` tokens):
+
+- token conservation: mixed iterations run at ``r_m = λ·E[Lp] / E[P]`` per second, ``E[P]`` the mean
+  prefill tokens per mixed iteration (full chunks of ``C``, and each prompt's last, partial chunk topped
+  up by the next waiting prompt with probability ``u``);
+- time: the prefill lane is busy a fraction ``u = r_m · E[τ_mixed]``; the rest are decode-only
+  iterations of length ``τ_d``;
+- Little's law for the decode batch: ``B = λ · (E[O] − 1) · τ̄`` with ``τ̄`` the mean iteration time.
+
+``B`` is a fixed point of these (solved by damped iteration, vectorized over a grid of rates). A closed
+loop of ``N`` clients adds Little's law for the whole cycle, ``N = λ · E[e2e]``, solved for ``λ``.
+TTFT = front-end overhead + queue wait for the prefill lane (Kingman's G/G/1 on its token work) + the
+mean residual of the iteration in progress + the prompt's own chunk iterations. Iteration times come
+from the cost model on a (batch × chunk) grid, interpolated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from planner.costs.memory import memory_plan
+from planner.costs.passes import mixed_step_latency_s
+from planner.costs.types import CostContext
+from planner.errors import ModelDoesNotFit
+from planner.serving import queueing as Q
+from planner.serving.types import AggregatedDeployment, ServingProblem
+
+FloatArray = NDArray[np.float64]
+
+#: chunk sizes tabulated per batch size, as fractions of the budget left after the decodes
+CHUNK_FRACTIONS = np.array([0.0, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0])
+NUM_BATCH_POINTS = 20
+FIXED_POINT_ITERATIONS = 60
+#: largest prefill-lane utilization treated as stable
+MAX_UTILIZATION = 0.995
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Tables:
+    batch: FloatArray  # (nb,)
+    budget_left: FloatArray  # (nb,) chunk budget C(B)
+    mixed_s: FloatArray  # (nb, nf) iteration time at chunk = CHUNK_FRACTIONS · C(B)
+    prompt_prefill_s: FloatArray  # (ni,) prefill-only pass of each prompt point (unchunked)
+
+    def decode(self, b: FloatArray) -> FloatArray:
+        return np.interp(b, self.batch, self.mixed_s[:, 0])
+
+    def mixed(self, b: FloatArray, chunk_tokens: FloatArray) -> FloatArray:
+        """Iteration time with decode batch ``b`` and ``chunk_tokens`` prefill tokens (bilinear)."""
+        b = np.asarray(b, dtype=np.float64)
+        c_left = np.interp(b, self.batch, self.budget_left)
+        frac = np.clip(np.asarray(chunk_tokens) / np.maximum(c_left, 1.0), 0.0, 1.0)
+        cols = np.stack([np.interp(b, self.batch, self.mixed_s[:, j]) for j in range(len(CHUNK_FRACTIONS))],
+                        axis=-1)
+        # piecewise-linear in the chunk fraction, per batch
+        idx = np.clip(np.searchsorted(CHUNK_FRACTIONS, frac, side="right") - 1, 0, len(CHUNK_FRACTIONS) - 2)
+        f0, f1 = CHUNK_FRACTIONS[idx], CHUNK_FRACTIONS[idx + 1]
+        t0 = np.take_along_axis(cols, idx[..., None], axis=-1)[..., 0] if cols.ndim > 1 else cols[idx]
+        t1 = np.take_along_axis(cols, (idx + 1)[..., None], axis=-1)[..., 0] if cols.ndim > 1 else cols[idx + 1]
+        return t0 + (t1 - t0) * (frac - f0) / (f1 - f0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SteadyState:
+    """The per-replica operating point at arrival rate ``rate_per_s`` (arrays over a grid of rates)."""
+
+    rate_per_s: FloatArray
+    batch: FloatArray
+    mean_iteration_s: FloatArray
+    decode_iteration_s: FloatArray
+    prefill_utilization: FloatArray
+    mixed_iteration_rate_per_s: FloatArray
+    iteration_rate_per_s: FloatArray
+    #: per input point: the prompt's own prefill time (its chunk iterations) [s], shape (nr, ni)
+    own_prefill_s: FloatArray
+    #: per mixed-iteration kind: time and share of mixed iterations, shapes (nr, k)
+    mixed_kind_s: FloatArray
+    mixed_kind_weight: FloatArray
+    queue_wait_s: FloatArray
+    residual_s: FloatArray
+    stable: NDArray[np.bool_]
+
+
+class AggregatedModel:
+    """Closed-form model of one replica of an aggregated deployment."""
+
+    def __init__(self, problem: ServingProblem) -> None:
+        dep = problem.deployment
+        assert isinstance(dep, AggregatedDeployment)
+        self.problem = problem
+        self.dep = dep
+        w = problem.workload
+        self.ctx = CostContext(model=problem.model, gpu=dep.gpu, engine=problem.engine,
+                               weight_dtype=problem.weight_dtype, kv_dtype=problem.kv_dtype,
+                               parallelism=dep.parallelism)
+        self.hit = w.prefix_cache_hit_fraction
+        self.in_values = w.input_tokens.values
+        self.in_weights = w.input_tokens.weights
+        self.prompt_compute = np.maximum(np.round(self.in_values * (1.0 - self.hit)), 1.0)
+        self.out_values = w.output_tokens.values
+        self.out_weights = w.output_tokens.weights
+        mean_out = w.output_tokens.mean
+        self.mean_decode_steps = max(mean_out - 1.0, 0.0)
+        self.mean_prompt_compute = float(np.dot(self.prompt_compute, self.in_weights))
+        scv = float(np.dot(self.prompt_compute**2, self.in_weights)) / self.mean_prompt_compute**2 - 1.0
+        self.prompt_scv = max(scv, 0.0)
+        # mean context of a running decode: its prompt plus, on average over its decode life, half its output
+        # (length-biased: long outputs are seen decoding more often)
+        self.decode_context = w.input_tokens.mean + w.output_tokens.second_moment / (2.0 * max(mean_out, 1.0))
+        max_context = int(w.input_tokens.max + w.output_tokens.max)
+        self.plan = memory_plan(self.ctx, max_context_tokens=max(max_context, 1))
+        if not self.plan.fits:
+            raise ModelDoesNotFit(
+                f"{problem.model.id} ({problem.weight_dtype}) does not fit on {dep.gpu.id} with "
+                f"tp={dep.parallelism.tp}, pp={dep.parallelism.pp}: {self.plan.weight_bytes_per_gpu / 1e9:.1f} GB of "
+                f"weights per GPU against {(self.plan.memory_bytes - self.plan.reserved_bytes_per_gpu) / 1e9:.1f} GB "
+                "usable", weight_bytes_per_gpu=self.plan.weight_bytes_per_gpu,
+                usable_bytes_per_gpu=self.plan.memory_bytes - self.plan.reserved_bytes_per_gpu,
+            )
+        tokens_per_seq = w.input_tokens.mean + w.output_tokens.mean / 2.0
+        self.kv_batch_cap = self.plan.kv_capacity_tokens / max(tokens_per_seq, 1.0)
+        self.batch_cap = float(min(dep.max_batch_size, self.kv_batch_cap))
+        if self.plan.kv_capacity_tokens < w.input_tokens.max + 1:
+            raise ModelDoesNotFit(
+                f"the KV cache of one replica holds {self.plan.kv_capacity_tokens} tokens, less than the longest "
+                f"prompt ({int(w.input_tokens.max)} tokens)", kv_capacity_tokens=self.plan.kv_capacity_tokens,
+            )
+        self.tables = self._tabulate()
+
+    # -- the cost-model grid --------------------------------------------------------------------------------
+    def _tabulate(self) -> _Tables:
+        dep = self.dep
+        top = max(self.batch_cap, 1.0)
+        grid = np.unique(np.concatenate([[0.0, 1.0], np.geomspace(1.0, top, NUM_BATCH_POINTS)]))
+        budget_left = np.maximum(dep.token_budget - grid, 1.0)
+        chunk = CHUNK_FRACTIONS[None, :] * budget_left[:, None]
+        # a chunk's earlier KV: the cached prefix plus, for prompts longer than one chunk, half the rest
+        cached = self.hit * float(np.dot(self.in_values, self.in_weights)) + np.maximum(
+            0.0, (self.mean_prompt_compute - budget_left[:, None]) / 2.0)
+        seqs = np.maximum(1.0, chunk / self.mean_prompt_compute)
+        mixed = mixed_step_latency_s(
+            self.ctx, decode_batch=grid[:, None], decode_context_tokens=self.decode_context,
+            prefill_tokens=chunk, prefill_cached_tokens=cached * (chunk > 0), prefill_sequences=seqs,
+        )
+        prompt = mixed_step_latency_s(
+            self.ctx, decode_batch=0.0, decode_context_tokens=0.0, prefill_tokens=self.prompt_compute,
+            prefill_cached_tokens=np.round(self.in_values * self.hit), prefill_sequences=1.0,
+        )
+        return _Tables(batch=grid, budget_left=budget_left, mixed_s=np.broadcast_to(mixed, chunk.shape).copy(),
+                       prompt_prefill_s=np.broadcast_to(prompt, self.prompt_compute.shape).copy())
+
+    # -- steady state at given rates ------------------------------------------------------------------------
+    def steady_state(self, rate_per_s: FloatArray, arrival_scv: float, wait_scale: float = 1.0) -> SteadyState:
+        """Operating point at each rate. ``wait_scale`` < 1 thins the traffic a new request queues behind:
+        in a closed loop of N clients an arrival sees the other N − 1 (the arrival theorem of mean-value
+        analysis, Reiser and Lavenberg, J. ACM 27(2), 1980), so the caller passes (N − 1)/N."""
+        lam = np.atleast_1d(np.asarray(rate_per_s, dtype=np.float64))
+        if self.dep.chunked_prefill:
+            return self._chunked(lam, arrival_scv, wait_scale)
+        return self._unchunked(lam, arrival_scv, wait_scale)
+
+    def _chunked(self, lam: FloatArray, arrival_scv: float, wait_scale: float) -> SteadyState:
+        tb = self.tables
+        lp = self.prompt_compute[None, :]
+        w = self.in_weights[None, :]
+        b = np.ones_like(lam)
+        u = np.zeros_like(lam)
+        for _ in range(FIXED_POINT_ITERATIONS):
+            c_left = np.maximum(self.dep.token_budget - b, 1.0)[:, None]
+            n_chunks = np.ceil(lp / c_left)
+            last = lp - (n_chunks - 1.0) * c_left
+            # with another prompt waiting (probability ≈ u) the last chunk's spare budget takes its tokens
+            last_topped = last + np.minimum(u, MAX_UTILIZATION)[:, None] * np.minimum(
+                c_left - last, self.mean_prompt_compute)
+            t_full = tb.mixed(b[:, None], c_left)
+            t_last = tb.mixed(b[:, None], last_topped)
+            iters_per_req = np.sum(w * n_chunks, axis=1)
+            tokens_per_iter = np.sum(w * ((n_chunks - 1.0) * c_left + last_topped), axis=1) / iters_per_req
+            tau_mixed = np.sum(w * ((n_chunks - 1.0) * t_full + t_last), axis=1) / iters_per_req
+            r_mixed = lam * self.mean_prompt_compute / tokens_per_iter
+            u_new = r_mixed * tau_mixed
+            tau_d = tb.decode(b)
+            r_dec = np.maximum(1.0 - u_new, 0.0) / tau_d
+            tau_bar = 1.0 / (r_mixed + r_dec)
+            b_new = np.clip(lam * self.mean_decode_steps * tau_bar, 0.0, self.batch_cap)
+            b = 0.5 * b + 0.5 * b_new
+            u = 0.5 * u + 0.5 * u_new
+        stable = (u < MAX_UTILIZATION) & (lam * self.mean_decode_steps * tau_bar <= self.batch_cap * 1.0001)
+        own = (n_chunks - 1.0) * t_full + t_last
+        # iteration-time distribution of the mixed kinds: full chunks and each prompt's last chunk
+        kinds_s = np.concatenate([t_full, t_last], axis=1)
+        kinds_w = np.concatenate([w * (n_chunks - 1.0), np.broadcast_to(w, n_chunks.shape)], axis=1) / iters_per_req[:, None]
+        # queue for the prefill lane: token work at u / (λ E[Lp]) s per token (Kingman)
+        u_c = np.minimum(u, MAX_UTILIZATION)
+        service_mean = u_c / np.maximum(lam, 1e-300)
+        u_w = u_c * wait_scale
+        wq = u_w / (1.0 - u_w) * (arrival_scv + self.prompt_scv) / 2.0 * service_mean
+        # arriving mid-iteration: mean residual of the iteration in progress, E[τ²] / (2 E[τ])
+        p_m = r_mixed * tau_bar
+        e_tau2 = p_m * np.sum(kinds_w * kinds_s**2, axis=1) + (1.0 - p_m) * tau_d**2
+        # (only other requests' work can be in progress: the same thinning as the queue)
+        residual = e_tau2 / (2.0 * tau_bar) * wait_scale
+        return SteadyState(
+            rate_per_s=lam, batch=b, mean_iteration_s=tau_bar, decode_iteration_s=tau_d, prefill_utilization=u,
+            mixed_iteration_rate_per_s=r_mixed, iteration_rate_per_s=1.0 / tau_bar, own_prefill_s=own,
+            mixed_kind_s=kinds_s, mixed_kind_weight=kinds_w, queue_wait_s=wq, residual_s=residual, stable=stable,
+        )
+
+    def _unchunked(self, lam: FloatArray, arrival_scv: float, wait_scale: float) -> SteadyState:
+        tb = self.tables
+        t_pre = tb.prompt_prefill_s[None, :]
+        w = self.in_weights[None, :]
+        mean_pre = float(np.sum(w * t_pre))
+        scv_pre = float(np.sum(w * t_pre**2)) / mean_pre**2 - 1.0
+        u = lam * mean_pre
+        b = np.ones_like(lam)
+        for _ in range(FIXED_POINT_ITERATIONS):
+            tau_d = tb.decode(b)
+            r_dec = np.maximum(1.0 - u, 1e-9) / tau_d
+            gap = 1.0 / r_dec  # mean time between a stream's tokens, prefill iterations included
+            b_new = np.clip(lam * self.mean_decode_steps * gap, 0.0, self.batch_cap)
+            b = 0.5 * b + 0.5 * b_new
+        tau_d = tb.decode(b)
+        r_dec = np.maximum(1.0 - u, 1e-9) / tau_d
+        r_pre = lam.copy()
+        stable = (u < MAX_UTILIZATION) & (lam * self.mean_decode_steps / r_dec <= self.batch_cap * 1.0001)
+        u_c = np.minimum(u, MAX_UTILIZATION)
+        u_w = u_c * wait_scale
+        wq = u_w / (1.0 - u_w) * (arrival_scv + scv_pre) / 2.0 * mean_pre
+        # a new prompt waits for the decode iteration in progress (prefills have priority over decodes)
+        residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - u_c) * wait_scale
+        # a stream's gap holds one decode iteration, plus a prefill iteration with probability r_pre / r_dec
+        p_pre = np.minimum(r_pre / r_dec, 1.0)
+        kinds_s = tau_d[:, None] + t_pre + np.zeros_like(lam)[:, None]
+        kinds_w = np.broadcast_to(w, kinds_s.shape)
+        return SteadyState(
+            rate_per_s=lam, batch=b, mean_iteration_s=1.0 / r_dec, decode_iteration_s=tau_d, prefill_utilization=u,
+            mixed_iteration_rate_per_s=p_pre * r_dec, iteration_rate_per_s=r_dec,
+            own_prefill_s=np.broadcast_to(t_pre, (len(lam), t_pre.shape[1])).copy(), mixed_kind_s=kinds_s,
+            mixed_kind_weight=kinds_w, queue_wait_s=wq, residual_s=residual, stable=stable,
+        )
+
+    # -- closed loop ----------------------------------------------------------------------------------------
+    def mean_e2e_s(self, st: SteadyState) -> FloatArray:
+        w = self.in_weights[None, :]
+        ttft = self.problem.engine.request_overhead_s + st.queue_wait_s + st.residual_s + np.sum(
+            w * st.own_prefill_s, axis=1)
+        return ttft + self.mean_decode_steps * st.mean_iteration_s
+
+    def saturation_rate_per_s(self, arrival_scv: float, wait_scale: float = 1.0) -> float:
+        """Largest stable per-replica arrival rate (bisection on the stability flag)."""
+        hi = 1.0
+        for _ in range(60):
+            if not self.steady_state(np.array([hi]), arrival_scv, wait_scale).stable[0]:
+                break
+            hi *= 4.0
+        grid = np.geomspace(hi / 4096.0, hi, 64)
+        st = self.steady_state(grid, arrival_scv, wait_scale)
+        ok = np.flatnonzero(st.stable)
+        if ok.size == 0:
+            return float(grid[0])
+        lo_rate = grid[ok[-1]]
+        hi_rate = grid[min(ok[-1] + 1, len(grid) - 1)]
+        fine = np.linspace(lo_rate, hi_rate, 32)
+        st = self.steady_state(fine, arrival_scv, wait_scale)
+        ok = np.flatnonzero(st.stable)
+        return float(fine[ok[-1]]) if ok.size else float(lo_rate)
+
+    def closed_loop_rate_per_s(self, clients: float, arrival_scv: float) -> float:
+        """Per-replica throughput of ``clients`` closed-loop clients: the root of ``λ·E[e2e](λ) = N``."""
+        scale = max(clients - 1.0, 0.0) / clients
+        sat = self.saturation_rate_per_s(arrival_scv, scale)
+        grid = sat * (1.0 - np.geomspace(1e-4, 1.0, 96)[::-1] * (1.0 - 1e-6))
+        grid = np.unique(np.concatenate([grid, sat * np.geomspace(1e-6, 1.0, 32)]))
+        st = self.steady_state(grid, arrival_scv, scale)
+        pop = grid * self.mean_e2e_s(st)
+        pop = np.where(st.stable, pop, np.inf)
+        pop = np.maximum.accumulate(np.where(np.isfinite(pop), pop, np.inf))
+        if clients >= pop[np.isfinite(pop)][-1]:
+            return float(grid[np.isfinite(pop)][-1])  # saturated: the extra clients queue
+        return float(np.interp(clients, pop[np.isfinite(pop)], grid[np.isfinite(pop)]))

@@ -1,0 +1,200 @@
+"""Disaggregated serving (Splitwise, DistServe): a prefill pool and a decode pool, in closed form.
+
+- Prefill pool: ``P`` workers serving prompts FCFS from one queue, each prompt one prefill pass; an
+  M/G/c queue (Allen–Cunneen), service time from the cost model per prompt length.
+- KV transfer: the prompt's KV cache (``kv_cache_bytes_per_token × prompt``) moves from the prefill
+  worker's GPUs to the decode worker's GPUs, every TP rank sending its shard in parallel, over NVLink
+  (same scale-up domain), the RDMA NIC, or PCIe. Layer-by-layer transfer overlaps with the prefill
+  compute (Splitwise Sec. V-C; DistServe Sec. 4.4): only the last layer's share, and whatever the link
+  cannot hide behind the compute, adds to TTFT.
+- Decode pool: ``D`` workers, decode-only iterations; Little's law ``B = (λ/D)·(E[O] − 1)·τ_d(B)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from planner.costs.memory import memory_plan
+from planner.costs.passes import decode_latency_s, prefill_latency_s
+from planner.costs.types import CostContext
+from planner.errors import ModelDoesNotFit
+from planner.serving import queueing as Q
+from planner.serving.types import DisaggregatedDeployment, PoolSpec, ServingProblem
+from planner.units import DTYPE_BYTES
+
+FloatArray = NDArray[np.float64]
+NUM_BATCH_POINTS = 24
+FIXED_POINT_ITERATIONS = 60
+MAX_UTILIZATION = 0.995
+#: one-sided setup latency of an RDMA / NVLink copy (queue-pair post and completion) [s]; small against
+#: the transfer itself, it matters only for very short prompts (order of magnitude from NCCL p2p latency)
+TRANSFER_SETUP_S = 20e-6
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvLinkChoice:
+    link: str
+    bandwidth_bytes_per_s: float
+    reason: str
+
+
+def choose_link(dep: DisaggregatedDeployment) -> KvLinkChoice:
+    """The link the KV caches travel on, and its aggregate bandwidth from one prefill worker."""
+    pre, dec = dep.prefill, dep.decode
+    senders = min(pre.parallelism.num_gpus, dec.parallelism.num_gpus)
+    same_domain = (pre.gpu.id == dec.gpu.id and pre.parallelism.num_gpus * pre.workers
+                   + dec.parallelism.num_gpus * dec.workers <= pre.gpu.scale_up_domain_size)
+    link = dep.kv_link
+    if link == "auto":
+        link = "nvlink" if same_domain else "rdma"
+        why = ("both pools fit in one scale-up domain of the same GPU type" if same_domain else
+               "the pools span more than one scale-up domain (or differ in GPU type)")
+    else:
+        why = "as requested"
+    gpu = pre.gpu
+    per_gpu = {"nvlink": gpu.scale_up_bandwidth_bytes_per_s, "rdma": min(gpu.scale_out_bandwidth_bytes_per_s,
+               dec.gpu.scale_out_bandwidth_bytes_per_s), "pcie": min(gpu.pcie_bandwidth_bytes_per_s,
+               dec.gpu.pcie_bandwidth_bytes_per_s)}[link]
+    return KvLinkChoice(link=link, bandwidth_bytes_per_s=per_gpu * senders * gpu.efficiency.link_bandwidth_fraction,
+                        reason=f"{link}: {why}; {senders} GPU(s) send in parallel")
+
+
+def _pool_ctx(problem: ServingProblem, pool: PoolSpec) -> CostContext:
+    return CostContext(model=problem.model, gpu=pool.gpu, engine=problem.engine, weight_dtype=problem.weight_dtype,
+                       kv_dtype=problem.kv_dtype, parallelism=pool.parallelism)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DisaggState:
+    rate_per_s: FloatArray
+    prefill_wait_s: FloatArray
+    prefill_p_wait: FloatArray
+    prefill_utilization: FloatArray
+    prefill_s: FloatArray  # (ni,) per prompt point
+    transfer_s: FloatArray  # (ni,) exposed KV-transfer time per prompt point
+    transfer_full_s: FloatArray  # (ni,) whole transfer time
+    link_utilization: FloatArray
+    decode_batch: FloatArray
+    decode_iteration_s: FloatArray
+    decode_slot_wait_s: FloatArray
+    stable: NDArray[np.bool_]
+
+
+class DisaggregatedModel:
+    def __init__(self, problem: ServingProblem) -> None:
+        dep = problem.deployment
+        assert isinstance(dep, DisaggregatedDeployment)
+        self.problem, self.dep = problem, dep
+        w = problem.workload
+        self.pre_ctx = _pool_ctx(problem, dep.prefill)
+        self.dec_ctx = _pool_ctx(problem, dep.decode)
+        hit = w.prefix_cache_hit_fraction
+        self.in_values, self.in_weights = w.input_tokens.values, w.input_tokens.weights
+        self.prompt_compute = np.maximum(np.round(self.in_values * (1.0 - hit)), 1.0)
+        self.mean_out = w.output_tokens.mean
+        self.mean_decode_steps = max(self.mean_out - 1.0, 0.0)
+        self.decode_context = w.input_tokens.mean + w.output_tokens.second_moment / (2.0 * max(self.mean_out, 1.0))
+        max_context = int(w.input_tokens.max + w.output_tokens.max)
+        for name, ctx, pool in (("prefill", self.pre_ctx, dep.prefill), ("decode", self.dec_ctx, dep.decode)):
+            plan = memory_plan(ctx, max_context_tokens=max(max_context, 1))
+            if not plan.fits:
+                raise ModelDoesNotFit(
+                    f"{problem.model.id} ({problem.weight_dtype}) does not fit on the {name} pool's {pool.gpu.id} "
+                    f"with tp={pool.parallelism.tp}, pp={pool.parallelism.pp}", pool=name,
+                    weight_bytes_per_gpu=plan.weight_bytes_per_gpu,
+                    usable_bytes_per_gpu=plan.memory_bytes - plan.reserved_bytes_per_gpu,
+                )
+            if name == "decode":
+                self.dec_plan = plan
+        tokens_per_seq = w.input_tokens.mean + w.output_tokens.mean / 2.0
+        self.batch_cap = float(min(dep.decode.max_batch_size, self.dec_plan.kv_capacity_tokens / tokens_per_seq))
+        # prefill pass per prompt point (one prompt per pass; FCFS)
+        pre = prefill_latency_s(self.pre_ctx, prompt_tokens=self.in_values, batch_size=1,
+                                cached_tokens=np.round(self.in_values * hit))
+        self.prefill_s = np.broadcast_to(pre, self.in_values.shape).astype(float)
+        self.link = choose_link(dep)
+        kv_bytes_per_token = problem.model.kv_cache_bytes_per_token(DTYPE_BYTES[problem.kv_dtype])
+        self.kv_bytes = self.in_values * kv_bytes_per_token
+        full = TRANSFER_SETUP_S + self.kv_bytes / self.link.bandwidth_bytes_per_s
+        layers = max(problem.model.num_layers, 1)
+        # layer-wise transfer: layer l's KV leaves as soon as layer l is computed; what the prefill
+        # cannot hide is the last layer's share plus any excess of the transfer over the compute
+        self.transfer_full_s = full
+        self.transfer_s = full / layers + np.maximum(0.0, full - self.prefill_s * (layers - 1) / layers)
+        grid = np.unique(np.concatenate([[1.0], np.geomspace(1.0, max(self.batch_cap, 1.0), NUM_BATCH_POINTS)]))
+        self.batch_grid = grid
+        self.decode_table = np.broadcast_to(
+            decode_latency_s(self.dec_ctx, batch_size=grid, context_tokens=self.decode_context), grid.shape).copy()
+
+    def steady_state(self, rate_per_s: FloatArray, arrival_scv: float, wait_scale: float = 1.0) -> DisaggState:
+        lam = np.atleast_1d(np.asarray(rate_per_s, dtype=np.float64))
+        dep = self.dep
+        w = self.in_weights
+        mean_s = float(np.dot(w, self.prefill_s))
+        scv_s = float(np.dot(w, self.prefill_s**2)) / mean_s**2 - 1.0
+        waits, pw, rho = [], [], []
+        for x in lam:
+            wq, p, r = Q.ggc_wait(arrival_rate_per_s=float(x) * wait_scale, servers=dep.prefill.workers,
+                                  service_mean_s=mean_s, service_scv=max(scv_s, 0.0), arrival_scv=arrival_scv)
+            r = float(x) * mean_s / dep.prefill.workers
+            waits.append(wq)
+            pw.append(p)
+            rho.append(r)
+        wq_a, p_a, rho_a = np.array(waits), np.array(pw), np.array(rho)
+        link_util = lam * float(np.dot(w, self.transfer_full_s)) / dep.prefill.workers
+        per_worker = lam / dep.decode.workers
+        b = np.ones_like(lam)
+        for _ in range(FIXED_POINT_ITERATIONS):
+            tau = np.interp(b, self.batch_grid, self.decode_table)
+            b_new = np.clip(per_worker * self.mean_decode_steps * tau, 0.0, self.batch_cap)
+            b = 0.5 * b + 0.5 * b_new
+        tau = np.interp(b, self.batch_grid, self.decode_table)
+        decode_ok = per_worker * self.mean_decode_steps * tau <= self.batch_cap * 1.0001
+        stable = (rho_a < MAX_UTILIZATION) & decode_ok & (link_util < 1.0)
+        # waiting for a decode slot once the batch is near its cap (Allen-Cunneen over the slots)
+        slot_wait = np.zeros_like(lam)
+        for i, x in enumerate(per_worker):
+            residence = self.mean_decode_steps * tau[i]
+            if residence > 0 and x > 0:
+                wq, _, _ = Q.ggc_wait(arrival_rate_per_s=float(x), servers=max(self.batch_cap, 1.0),
+                                      service_mean_s=residence, service_scv=0.5, arrival_scv=arrival_scv)
+                slot_wait[i] = wq if np.isfinite(wq) else np.inf
+        return DisaggState(
+            rate_per_s=lam, prefill_wait_s=np.where(np.isfinite(wq_a), wq_a, np.inf), prefill_p_wait=p_a,
+            prefill_utilization=rho_a, prefill_s=self.prefill_s, transfer_s=self.transfer_s,
+            transfer_full_s=self.transfer_full_s, link_utilization=link_util, decode_batch=b,
+            decode_iteration_s=tau, decode_slot_wait_s=slot_wait, stable=stable,
+        )
+
+    def mean_e2e_s(self, st: DisaggState) -> FloatArray:
+        w = self.in_weights
+        ttft = (self.problem.engine.request_overhead_s + st.prefill_wait_s + float(np.dot(w, self.prefill_s))
+                + float(np.dot(w, self.transfer_s)))
+        return ttft + st.decode_slot_wait_s + self.mean_decode_steps * st.decode_iteration_s
+
+    def saturation_rate_per_s(self, arrival_scv: float, wait_scale: float = 1.0) -> float:
+        hi = 1.0
+        for _ in range(60):
+            if not self.steady_state(np.array([hi]), arrival_scv, wait_scale).stable[0]:
+                break
+            hi *= 4.0
+        grid = np.geomspace(hi / 4096.0, hi, 64)
+        st = self.steady_state(grid, arrival_scv, wait_scale)
+        ok = np.flatnonzero(st.stable)
+        return float(grid[ok[-1]]) if ok.size else float(grid[0])
+
+    def closed_loop_rate_per_s(self, clients: float, arrival_scv: float) -> float:
+        scale = max(clients - 1.0, 0.0) / clients
+        sat = self.saturation_rate_per_s(arrival_scv, scale)
+        grid = np.unique(np.concatenate([sat * np.geomspace(1e-6, 1.0, 48),
+                                         sat * (1.0 - np.geomspace(1e-4, 1.0, 48)[::-1] * (1.0 - 1e-6))]))
+        st = self.steady_state(grid, arrival_scv, scale)
+        pop = np.where(st.stable, grid * self.mean_e2e_s(st), np.inf)
+        fin = np.isfinite(pop)
+        pop_f = np.maximum.accumulate(pop[fin])
+        if clients >= pop_f[-1]:
+            return float(grid[fin][-1])
+        return float(np.interp(clients, pop_f, grid[fin]))

@@ -1,0 +1,261 @@
+"""``evaluate``: what a benchmark of a deployment would measure, from the closed-form serving models.
+
+Percentiles:
+
+- TTFT = front-end overhead + queue wait + (residual iteration) + the prompt's own prefill (+ exposed KV
+  transfer when disaggregated). The wait is an atom at zero plus an exponential tail (see
+  ``queueing.quantiles_of_shifted_wait``), the rest is a discrete distribution over prompt lengths; the
+  quantiles of the sum are exact for that model.
+- ITL: the distribution of iteration times a decoding stream sees (decode-only iterations and mixed
+  iterations carrying prefill chunks, or prefill iterations it waits through when chunking is off).
+- TPOT (per request, the mean of its ``O − 1`` gaps): normal with the ITL mean and variance / (O − 1)
+  (central limit over the gaps), mixed over output lengths.
+- E2E = TTFT + (O − 1) · TPOT, over prompt × output lengths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import stats
+
+from planner.errors import InvalidInput
+from planner.serving import queueing as Q
+from planner.serving.aggregated import AggregatedModel, SteadyState
+from planner.serving.disaggregated import DisaggregatedModel, DisaggState
+from planner.serving.types import (
+    AggregatedDeployment,
+    Evaluation,
+    LatencyStats,
+    ServingProblem,
+    TtftBreakdown,
+)
+
+FloatArray = NDArray[np.float64]
+QUANTILES = np.array([0.5, 0.9, 0.99])
+#: points per output length for the TPOT normal approximation
+TPOT_POINTS = np.array([0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98])
+MAX_POINTS = 256
+
+
+def _stats(mean: float, q: FloatArray) -> LatencyStats:
+    return LatencyStats(mean=float(mean), p50=float(q[0]), p90=float(q[1]), p99=float(q[2]))
+
+
+def _compress(values: FloatArray, weights: FloatArray, k: int = MAX_POINTS) -> tuple[FloatArray, FloatArray]:
+    """Re-bin a discrete distribution into ``k`` equal-mass points (keeps quantile solves cheap)."""
+    v, w = values.ravel(), weights.ravel()
+    if v.size <= k:
+        return v, w / w.sum()
+    order = np.argsort(v)
+    v, w = v[order], w[order] / w.sum()
+    cdf = np.cumsum(w)
+    targets = (np.arange(k) + 0.5) / k
+    idx = np.minimum(np.searchsorted(cdf, targets), v.size - 1)
+    return v[idx], np.full(k, 1.0 / k)
+
+
+def _shifted_cdf(t: float, shifts: FloatArray, weights: FloatArray, p_wait: float, mean_wait: float) -> float:
+    gap = t - shifts
+    if p_wait <= 0 or mean_wait <= 0:
+        return float(np.sum(weights * (gap >= 0)))
+    theta = mean_wait / p_wait
+    return float(np.sum(weights * (gap >= 0) * (1.0 - p_wait * np.exp(-np.maximum(gap, 0.0) / theta))))
+
+
+def _tpot_distribution(itl_values: FloatArray, itl_weights: FloatArray, out_values: FloatArray,
+                       out_weights: FloatArray) -> tuple[float, FloatArray]:
+    w = itl_weights / itl_weights.sum()
+    mean = float(np.dot(w, itl_values))
+    var = float(np.dot(w, (itl_values - mean) ** 2))
+    steps = np.maximum(out_values - 1.0, 1.0)
+    sd = np.sqrt(var / steps)[:, None]
+    z = stats.norm.ppf(TPOT_POINTS)[None, :]
+    pts = np.maximum(mean + sd * z, 0.0)
+    wts = (out_weights[:, None] * np.full(len(TPOT_POINTS), 1.0 / len(TPOT_POINTS))[None, :])
+    multi = out_values > 1
+    if not np.any(multi):
+        return mean, np.full(3, mean)
+    return mean, Q.weighted_quantiles(pts[multi], wts[multi], QUANTILES)
+
+
+def evaluate(problem: ServingProblem) -> Evaluation:
+    """Predict TTFT, ITL, TPOT and end-to-end latency (mean and percentiles), throughput and utilization."""
+    if isinstance(problem.deployment, AggregatedDeployment):
+        return _evaluate_aggregated(problem)
+    return _evaluate_disaggregated(problem)
+
+
+def _operating_rate(model: AggregatedModel | DisaggregatedModel, problem: ServingProblem, replicas: int
+                    ) -> tuple[float, float, float, float]:
+    """(per-replica rate, arrival scv, queue-wait scale, extra closed-loop queueing when saturated [s])."""
+    arr = problem.workload.arrival
+    if arr.kind == "closed_loop":
+        clients = float(arr.concurrency) / replicas
+        # a closed loop's arrivals are smoother than Poisson: each client waits for its own completion
+        scv = 1.0 / (1.0 + clients) if clients > 0 else 1.0
+        lam = model.closed_loop_rate_per_s(clients, scv)
+        scale = max(clients - 1.0, 0.0) / clients
+        st = model.steady_state(np.array([lam]), scv, scale)
+        e2e = float(model.mean_e2e_s(st)[0])
+        extra = max(0.0, clients / lam - e2e) if lam > 0 else 0.0
+        return lam, scv, scale, extra if extra > 0.01 * e2e else 0.0
+    scv = arr.arrival_cv**2
+    return float(arr.rate_per_s) / replicas, scv, 1.0, 0.0
+
+
+def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
+    dep = problem.deployment
+    assert isinstance(dep, AggregatedDeployment)
+    w = problem.workload
+    if not dep.chunked_prefill and dep.token_budget < w.input_tokens.max:
+        raise InvalidInput(
+            f"without chunked prefill the token budget ({dep.token_budget}) must hold the longest prompt "
+            f"({int(w.input_tokens.max)} tokens), as vLLM requires", field="deployment.token_budget")
+    model = AggregatedModel(problem)
+    replicas = dep.replicas
+    lam, scv, scale, extra = _operating_rate(model, problem, replicas)
+    saturated = extra > 0
+    st: SteadyState = model.steady_state(np.array([lam]), scv, scale)
+    i = 0
+    feasible = bool(st.stable[i])
+    warnings: list[str] = []
+    overhead = problem.engine.request_overhead_s
+    wq = float(st.queue_wait_s[i]) + extra
+    p_wait = float(min(st.prefill_utilization[i], 0.995)) if extra == 0 else 1.0
+    if not feasible:
+        warnings.append("the offered load exceeds what the deployment serves in steady state: queues grow "
+                        "without bound; the figures are those at saturation")
+        wq = float("inf")
+    if saturated:
+        warnings.append(f"the closed loop saturates the deployment: {extra:.3g} s of each request's TTFT is "
+                        "waiting for a batch slot or the prefill lane")
+    residual = float(st.residual_s[i])
+    own = st.own_prefill_s[i]
+    shifts = overhead + residual + own
+    in_w = model.in_weights
+    ttft_mean = overhead + residual + float(np.dot(in_w, own)) + (wq if np.isfinite(wq) else 0.0)
+    wq_f = wq if np.isfinite(wq) else 0.0
+    ttft_q = Q.quantiles_of_shifted_wait(shifts, in_w, p_wait=p_wait if wq_f > 0 else 0.0, mean_wait_s=wq_f,
+                                         quantiles=QUANTILES)
+    # ITL: decode-only iterations and mixed (or prefill) ones, as a stream sees them
+    p_mixed = float(min(st.mixed_iteration_rate_per_s[i] / st.iteration_rate_per_s[i], 1.0))
+    if dep.chunked_prefill:
+        itl_v = np.concatenate([[st.decode_iteration_s[i]], st.mixed_kind_s[i]])
+        itl_w = np.concatenate([[1.0 - p_mixed], p_mixed * st.mixed_kind_weight[i]])
+    else:
+        itl_v = np.concatenate([[st.decode_iteration_s[i]], st.mixed_kind_s[i]])
+        itl_w = np.concatenate([[1.0 - p_mixed], p_mixed * st.mixed_kind_weight[i] / st.mixed_kind_weight[i].sum()])
+    itl_mean = float(np.dot(itl_w, itl_v) / itl_w.sum())
+    itl_q = Q.weighted_quantiles(itl_v, itl_w, QUANTILES)
+    out_v, out_w = w.output_tokens.values, w.output_tokens.weights
+    tpot_mean, tpot_q = _tpot_distribution(itl_v, itl_w, out_v, out_w)
+    e2e_shift, e2e_w = _compress((shifts[:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean),
+                                 in_w[:, None] * out_w[None, :])
+    e2e_q = Q.quantiles_of_shifted_wait(e2e_shift, e2e_w, p_wait=p_wait if wq_f > 0 else 0.0, mean_wait_s=wq_f,
+                                        quantiles=QUANTILES)
+    e2e_mean = ttft_mean + model.mean_decode_steps * itl_mean
+    rps = lam * replicas
+    gpus = dep.parallelism.num_gpus * replicas
+    out_tps = rps * w.output_tokens.mean
+    kv_frac = float(st.batch[i]) * (w.input_tokens.mean + w.output_tokens.mean / 2.0) / max(
+        model.plan.kv_capacity_tokens, 1)
+    util = {
+        "prefill_lane": float(min(st.prefill_utilization[i], 1.0)),
+        "decode_batch": float(st.batch[i] / max(dep.max_batch_size, 1)),
+        "kv_cache": float(min(kv_frac, 1.0)),
+    }
+    limiting = {"prefill_lane": "prefill", "decode_batch": "decode", "kv_cache": "kv_capacity"}[
+        max(util, key=lambda k: util[k])]
+    breakdown = TtftBreakdown(queue=(wq_f + residual), prefill=float(np.dot(in_w, own)), kv_transfer=0.0,
+                              overheads=overhead)
+    ev = dict(
+        ttft_s=_stats(ttft_mean, ttft_q), itl_s=_stats(itl_mean, itl_q), tpot_s=_stats(tpot_mean, tpot_q),
+        e2e_latency_s=_stats(e2e_mean, e2e_q), ttft_breakdown_s=breakdown, requests_per_s=rps,
+        throughput_output_tokens_per_s=out_tps, throughput_output_tokens_per_s_per_gpu=out_tps / gpus,
+        output_tokens_per_s_per_user=1.0 / tpot_mean if tpot_mean > 0 else 0.0, utilization=util,
+        mean_decode_batch=float(st.batch[i]), num_gpus=gpus, feasible=feasible, limiting_resource=limiting,
+    )
+    return _finish(problem, ev, shifts, in_w, p_wait if wq_f > 0 else 0.0, wq_f, itl_q, itl_v, itl_w, rps, warnings)
+
+
+def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
+    dep = problem.deployment
+    model = DisaggregatedModel(problem)
+    lam, scv, scale, extra = _operating_rate(model, problem, 1)
+    saturated = extra > 0
+    st: DisaggState = model.steady_state(np.array([lam]), scv, scale)
+    feasible = bool(st.stable[0])
+    warnings: list[str] = []
+    w = problem.workload
+    in_w = model.in_weights
+    overhead = problem.engine.request_overhead_s
+    wq = float(st.prefill_wait_s[0]) + extra
+    if not feasible:
+        warnings.append("the offered load exceeds what the pools serve in steady state; figures at saturation")
+        wq = 0.0 if not np.isfinite(wq) else wq
+    if saturated:
+        warnings.append(f"the closed loop saturates the deployment: {extra:.3g} s of each request's latency is queueing")
+    p_wait = float(st.prefill_p_wait[0]) if extra == 0 else 1.0
+    shifts = overhead + model.prefill_s + model.transfer_s
+    ttft_mean = overhead + wq + float(np.dot(in_w, model.prefill_s + model.transfer_s))
+    ttft_q = Q.quantiles_of_shifted_wait(shifts, in_w, p_wait=p_wait if wq > 0 else 0.0, mean_wait_s=wq,
+                                         quantiles=QUANTILES)
+    tau = float(st.decode_iteration_s[0])
+    itl_v, itl_w = np.array([tau]), np.array([1.0])
+    out_v, out_w = w.output_tokens.values, w.output_tokens.weights
+    tpot_mean = tau
+    tpot_q = np.full(3, tau)
+    slot = float(st.decode_slot_wait_s[0]) if np.isfinite(st.decode_slot_wait_s[0]) else 0.0
+    e2e_shift, e2e_w = _compress(shifts[:, None] + slot + np.maximum(out_v - 1.0, 0.0)[None, :] * tau,
+                                 in_w[:, None] * out_w[None, :])
+    e2e_q = Q.quantiles_of_shifted_wait(e2e_shift, e2e_w, p_wait=p_wait if wq > 0 else 0.0, mean_wait_s=wq,
+                                        quantiles=QUANTILES)
+    e2e_mean = ttft_mean + slot + model.mean_decode_steps * tau
+    gpus = dep.prefill.parallelism.num_gpus * dep.prefill.workers + dep.decode.parallelism.num_gpus * dep.decode.workers
+    out_tps = lam * w.output_tokens.mean
+    util = {
+        "prefill_pool": float(min(st.prefill_utilization[0], 1.0)),
+        "decode_pool": float(st.decode_batch[0] / max(dep.decode.max_batch_size, 1)),
+        "kv_link": float(min(st.link_utilization[0], 1.0)),
+    }
+    limiting = {"prefill_pool": "prefill", "decode_pool": "decode", "kv_link": "kv_link"}[
+        max(util, key=lambda k: util[k])]
+    kv_bytes_mean = float(np.dot(in_w, model.kv_bytes))
+    kv = {
+        "bytes_per_request": kv_bytes_mean,
+        "bytes_per_s": kv_bytes_mean * lam,
+        "link_bandwidth_bytes_per_s": model.link.bandwidth_bytes_per_s * dep.prefill.workers,
+        "transfer_s_mean": float(np.dot(in_w, model.transfer_full_s)),
+        "exposed_s_mean": float(np.dot(in_w, model.transfer_s)),
+    }
+    warnings.append(f"KV transfer over {model.link.reason}")
+    breakdown = TtftBreakdown(queue=wq, prefill=float(np.dot(in_w, model.prefill_s)),
+                              kv_transfer=float(np.dot(in_w, model.transfer_s)), overheads=overhead)
+    ev = dict(
+        ttft_s=_stats(ttft_mean, ttft_q), itl_s=_stats(tau, np.full(3, tau)), tpot_s=_stats(tpot_mean, tpot_q),
+        e2e_latency_s=_stats(e2e_mean, e2e_q), ttft_breakdown_s=breakdown, requests_per_s=lam,
+        throughput_output_tokens_per_s=out_tps, throughput_output_tokens_per_s_per_gpu=out_tps / gpus,
+        output_tokens_per_s_per_user=1.0 / tau if tau > 0 else 0.0, utilization=util,
+        mean_decode_batch=float(st.decode_batch[0]), num_gpus=gpus, feasible=feasible, limiting_resource=limiting,
+        kv_transfer=kv,
+    )
+    return _finish(problem, ev, shifts, in_w, p_wait if wq > 0 else 0.0, wq, np.full(3, tau), itl_v, itl_w, lam,
+                   warnings)
+
+
+def _finish(problem: ServingProblem, ev: dict, shifts: FloatArray, weights: FloatArray, p_wait: float, wq: float,
+            itl_q: FloatArray, itl_v: FloatArray, itl_w: FloatArray, rps: float, warnings: list[str]) -> Evaluation:
+    slo = problem.slo
+    if slo is not None and (slo.ttft_s is not None or slo.itl_s is not None):
+        frac = 1.0
+        if slo.ttft_s is not None:
+            frac *= _shifted_cdf(slo.ttft_s, shifts, weights, p_wait, wq)
+        if slo.itl_s is not None:
+            itl_at = float(Q.weighted_quantiles(itl_v, itl_w, [slo.itl_percentile / 100.0])[0])
+            if itl_at > slo.itl_s:
+                frac = 0.0
+                warnings.append(f"ITL p{slo.itl_percentile:g} is {itl_at:.3g} s, above the {slo.itl_s:g} s target")
+        ev["slo_attainment_fraction"] = frac
+        ev["goodput_requests_per_s"] = frac * rps
+    return Evaluation(**ev, warnings=tuple(warnings))
