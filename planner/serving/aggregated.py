@@ -41,7 +41,6 @@ FloatArray = NDArray[np.float64]
 #: chunk sizes tabulated per batch size, as fractions of the budget left after the decodes
 CHUNK_FRACTIONS = np.array([0.0, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0])
 NUM_BATCH_POINTS = 20
-FIXED_POINT_ITERATIONS = 60
 #: largest prefill-lane utilization treated as stable
 MAX_UTILIZATION = 0.995
 
@@ -57,17 +56,20 @@ class _Tables:
         return np.interp(b, self.batch, self.mixed_s[:, 0])
 
     def mixed(self, b: FloatArray, chunk_tokens: FloatArray) -> FloatArray:
-        """Iteration time with decode batch ``b`` and ``chunk_tokens`` prefill tokens (bilinear)."""
+        """Iteration time with decode batch ``b`` (shape (n, 1)) and ``chunk_tokens`` prefill tokens (n, k):
+        linear in the batch between grid rows, piecewise linear in the chunk fraction."""
         b = np.asarray(b, dtype=np.float64)
-        c_left = np.interp(b, self.batch, self.budget_left)
+        grid = self.batch
+        i0 = np.clip(np.searchsorted(grid, b, side="right") - 1, 0, len(grid) - 2)
+        a = np.clip((b - grid[i0]) / (grid[i0 + 1] - grid[i0]), 0.0, 1.0)
+        rows = self.mixed_s[i0[..., 0]] * (1.0 - a) + self.mixed_s[i0[..., 0] + 1] * a  # (n, nf)
+        c_left = self.budget_left[i0] * (1.0 - a) + self.budget_left[i0 + 1] * a  # (n, 1)
         frac = np.clip(np.asarray(chunk_tokens) / np.maximum(c_left, 1.0), 0.0, 1.0)
-        cols = np.stack([np.interp(b, self.batch, self.mixed_s[:, j]) for j in range(len(CHUNK_FRACTIONS))],
-                        axis=-1)
-        # piecewise-linear in the chunk fraction, per batch
-        idx = np.clip(np.searchsorted(CHUNK_FRACTIONS, frac, side="right") - 1, 0, len(CHUNK_FRACTIONS) - 2)
-        f0, f1 = CHUNK_FRACTIONS[idx], CHUNK_FRACTIONS[idx + 1]
-        t0 = np.take_along_axis(cols, idx[..., None], axis=-1)[..., 0] if cols.ndim > 1 else cols[idx]
-        t1 = np.take_along_axis(cols, (idx + 1)[..., None], axis=-1)[..., 0] if cols.ndim > 1 else cols[idx + 1]
+        j = np.clip(np.searchsorted(CHUNK_FRACTIONS, frac, side="right") - 1, 0, len(CHUNK_FRACTIONS) - 2)
+        f0 = CHUNK_FRACTIONS[j]
+        f1 = CHUNK_FRACTIONS[j + 1]
+        t0 = np.take_along_axis(rows, j, axis=1)
+        t1 = np.take_along_axis(rows, j + 1, axis=1)
         return t0 + (t1 - t0) * (frac - f0) / (f1 - f0)
 
 
@@ -160,94 +162,125 @@ class AggregatedModel:
         return _Tables(batch=grid, budget_left=budget_left, mixed_s=np.broadcast_to(mixed, chunk.shape).copy(),
                        prompt_prefill_s=np.broadcast_to(prompt, self.prompt_compute.shape).copy())
 
-    # -- steady state at given rates ------------------------------------------------------------------------
+    # -- steady state ---------------------------------------------------------------------------------------
+    # The fixed point is solved backwards: for a decode batch B every balance equation is explicit in λ
+    # (B = λ·D·τ̄ with τ̄ = 1 / (λ·k + (1 − λ·k·τ_m)/τ_d), k mixed iterations per request), so one vectorized
+    # pass over a grid of B gives the whole λ(B) curve; a requested λ (or a closed loop's N) is then
+    # interpolated on it and the state recomputed at that B.
     def steady_state(self, rate_per_s: FloatArray, arrival_scv: float, wait_scale: float = 1.0) -> SteadyState:
         """Operating point at each rate. ``wait_scale`` < 1 thins the traffic a new request queues behind:
         in a closed loop of N clients an arrival sees the other N − 1 (the arrival theorem of mean-value
         analysis, Reiser and Lavenberg, J. ACM 27(2), 1980), so the caller passes (N − 1)/N."""
         lam = np.atleast_1d(np.asarray(rate_per_s, dtype=np.float64))
-        if self.dep.chunked_prefill:
-            return self._chunked(lam, arrival_scv, wait_scale)
-        return self._unchunked(lam, arrival_scv, wait_scale)
+        b_grid, lam_grid, ok = self._curve()
+        top = lam_grid[ok][-1] if np.any(ok) else 0.0
+        b = np.interp(np.minimum(lam, top), lam_grid[ok], b_grid[ok]) if np.any(ok) else np.zeros_like(lam)
+        st = self._at_batch(b, arrival_scv, wait_scale, rate_per_s=lam)
+        stable = st.stable & (lam <= top * (1.0 + 1e-9))
+        return SteadyState(**{**st.__dict__, "stable": stable})
 
-    def _chunked(self, lam: FloatArray, arrival_scv: float, wait_scale: float) -> SteadyState:
+    def _curve(self) -> tuple[FloatArray, FloatArray, NDArray[np.bool_]]:
+        if getattr(self, "_curve_cache", None) is None:
+            cap = max(self.batch_cap, 1e-3)
+            b = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, 120)])
+            st = self._at_batch(b, 1.0, 1.0)
+            lam = st.rate_per_s
+            ok = st.stable & np.isfinite(lam)
+            # keep the increasing, stable branch
+            ok &= lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf))
+            object.__setattr__(self, "_curve_cache", (b, lam, ok))
+        return self._curve_cache
+
+    def _at_batch(self, b: FloatArray, arrival_scv: float, wait_scale: float,
+                  rate_per_s: FloatArray | None = None) -> SteadyState:
+        if self.dep.chunked_prefill:
+            return self._chunked(b, arrival_scv, wait_scale, rate_per_s)
+        return self._unchunked(b, arrival_scv, wait_scale, rate_per_s)
+
+    def _chunked(self, b: FloatArray, arrival_scv: float, wait_scale: float,
+                 rate_per_s: FloatArray | None) -> SteadyState:
         tb = self.tables
         lp = self.prompt_compute[None, :]
         w = self.in_weights[None, :]
-        b = np.ones_like(lam)
-        u = np.zeros_like(lam)
-        for _ in range(FIXED_POINT_ITERATIONS):
-            c_left = np.maximum(self.dep.token_budget - b, 1.0)[:, None]
-            n_chunks = np.ceil(lp / c_left)
-            last = lp - (n_chunks - 1.0) * c_left
+        steps = self.mean_decode_steps
+        c_left = np.maximum(self.dep.token_budget - b, 1.0)[:, None]
+        n_chunks = np.ceil(lp / c_left)
+        last = lp - (n_chunks - 1.0) * c_left
+        t_full = tb.mixed(b[:, None], np.broadcast_to(c_left, n_chunks.shape))
+        tau_d = tb.decode(b)
+        iters_per_req = np.sum(w * n_chunks, axis=1)
+        u = np.zeros_like(b) if rate_per_s is None else np.zeros_like(b)
+        for _ in range(4):
             # with another prompt waiting (probability ≈ u) the last chunk's spare budget takes its tokens
-            last_topped = last + np.minimum(u, MAX_UTILIZATION)[:, None] * np.minimum(
-                c_left - last, self.mean_prompt_compute)
-            t_full = tb.mixed(b[:, None], c_left)
+            last_topped = last + np.minimum(u, MAX_UTILIZATION)[:, None] * np.minimum(c_left - last,
+                                                                                       self.mean_prompt_compute)
             t_last = tb.mixed(b[:, None], last_topped)
-            iters_per_req = np.sum(w * n_chunks, axis=1)
             tokens_per_iter = np.sum(w * ((n_chunks - 1.0) * c_left + last_topped), axis=1) / iters_per_req
-            tau_mixed = np.sum(w * ((n_chunks - 1.0) * t_full + t_last), axis=1) / iters_per_req
-            r_mixed = lam * self.mean_prompt_compute / tokens_per_iter
-            u_new = r_mixed * tau_mixed
-            tau_d = tb.decode(b)
-            r_dec = np.maximum(1.0 - u_new, 0.0) / tau_d
-            tau_bar = 1.0 / (r_mixed + r_dec)
-            b_new = np.clip(lam * self.mean_decode_steps * tau_bar, 0.0, self.batch_cap)
-            b = 0.5 * b + 0.5 * b_new
-            u = 0.5 * u + 0.5 * u_new
-        stable = (u < MAX_UTILIZATION) & (lam * self.mean_decode_steps * tau_bar <= self.batch_cap * 1.0001)
+            tau_m = np.sum(w * ((n_chunks - 1.0) * t_full + t_last), axis=1) / iters_per_req
+            k = self.mean_prompt_compute / tokens_per_iter  # mixed iterations per request
+            if rate_per_s is None:
+                if steps > 0:
+                    denom = steps + b * k * (tau_m / tau_d - 1.0)
+                    lam = np.where(denom > 0, (b / tau_d) / np.where(denom > 0, denom, 1.0), np.inf)
+                else:
+                    lam = np.where(b > 0, np.inf, 0.0)
+            else:
+                lam = rate_per_s
+            u = lam * k * tau_m
+        r_mixed = lam * k
+        r_dec = np.maximum(1.0 - u, 0.0) / tau_d
+        tau_bar = 1.0 / np.maximum(r_mixed + r_dec, 1e-300)
+        stable = (u < MAX_UTILIZATION) & (b <= self.batch_cap * (1.0 + 1e-9)) & np.isfinite(lam)
         own = (n_chunks - 1.0) * t_full + t_last
         # iteration-time distribution of the mixed kinds: full chunks and each prompt's last chunk
         kinds_s = np.concatenate([t_full, t_last], axis=1)
         kinds_w = np.concatenate([w * (n_chunks - 1.0), np.broadcast_to(w, n_chunks.shape)], axis=1) / iters_per_req[:, None]
         # queue for the prefill lane: token work at u / (λ E[Lp]) s per token (Kingman)
-        u_c = np.minimum(u, MAX_UTILIZATION)
-        service_mean = u_c / np.maximum(lam, 1e-300)
+        u_c = np.clip(u, 0.0, MAX_UTILIZATION)
+        service_mean = np.where(lam > 0, u_c / np.where(lam > 0, lam, 1.0), 0.0)
         u_w = u_c * wait_scale
         wq = u_w / (1.0 - u_w) * (arrival_scv + self.prompt_scv) / 2.0 * service_mean
-        # arriving mid-iteration: mean residual of the iteration in progress, E[τ²] / (2 E[τ])
-        p_m = r_mixed * tau_bar
+        # arriving mid-iteration: mean residual of the iteration in progress, E[τ²] / (2 E[τ]); only other
+        # requests' work can be in progress, hence the same thinning as the queue
+        p_m = np.clip(r_mixed * tau_bar, 0.0, 1.0)
         e_tau2 = p_m * np.sum(kinds_w * kinds_s**2, axis=1) + (1.0 - p_m) * tau_d**2
-        # (only other requests' work can be in progress: the same thinning as the queue)
-        residual = e_tau2 / (2.0 * tau_bar) * wait_scale
+        residual = np.where(b > 0, e_tau2 / (2.0 * tau_bar), 0.0) * wait_scale
         return SteadyState(
             rate_per_s=lam, batch=b, mean_iteration_s=tau_bar, decode_iteration_s=tau_d, prefill_utilization=u,
             mixed_iteration_rate_per_s=r_mixed, iteration_rate_per_s=1.0 / tau_bar, own_prefill_s=own,
             mixed_kind_s=kinds_s, mixed_kind_weight=kinds_w, queue_wait_s=wq, residual_s=residual, stable=stable,
         )
 
-    def _unchunked(self, lam: FloatArray, arrival_scv: float, wait_scale: float) -> SteadyState:
+    def _unchunked(self, b: FloatArray, arrival_scv: float, wait_scale: float,
+                   rate_per_s: FloatArray | None) -> SteadyState:
         tb = self.tables
         t_pre = tb.prompt_prefill_s[None, :]
         w = self.in_weights[None, :]
         mean_pre = float(np.sum(w * t_pre))
         scv_pre = float(np.sum(w * t_pre**2)) / mean_pre**2 - 1.0
-        u = lam * mean_pre
-        b = np.ones_like(lam)
-        for _ in range(FIXED_POINT_ITERATIONS):
-            tau_d = tb.decode(b)
-            r_dec = np.maximum(1.0 - u, 1e-9) / tau_d
-            gap = 1.0 / r_dec  # mean time between a stream's tokens, prefill iterations included
-            b_new = np.clip(lam * self.mean_decode_steps * gap, 0.0, self.batch_cap)
-            b = 0.5 * b + 0.5 * b_new
+        steps = self.mean_decode_steps
         tau_d = tb.decode(b)
+        if rate_per_s is None:
+            # B = λ·D·τ_d / (1 − λ·E[t_pre])  (a stream's gap includes the prefill iterations it waits through)
+            lam = np.where(b > 0, b / (steps * tau_d + b * mean_pre), 0.0) if steps > 0 else np.zeros_like(b)
+        else:
+            lam = rate_per_s
+        u = lam * mean_pre
         r_dec = np.maximum(1.0 - u, 1e-9) / tau_d
-        r_pre = lam.copy()
-        stable = (u < MAX_UTILIZATION) & (lam * self.mean_decode_steps / r_dec <= self.batch_cap * 1.0001)
-        u_c = np.minimum(u, MAX_UTILIZATION)
+        stable = (u < MAX_UTILIZATION) & (b <= self.batch_cap * (1.0 + 1e-9))
+        u_c = np.clip(u, 0.0, MAX_UTILIZATION)
         u_w = u_c * wait_scale
         wq = u_w / (1.0 - u_w) * (arrival_scv + scv_pre) / 2.0 * mean_pre
         # a new prompt waits for the decode iteration in progress (prefills have priority over decodes)
         residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - u_c) * wait_scale
-        # a stream's gap holds one decode iteration, plus a prefill iteration with probability r_pre / r_dec
-        p_pre = np.minimum(r_pre / r_dec, 1.0)
-        kinds_s = tau_d[:, None] + t_pre + np.zeros_like(lam)[:, None]
+        # a stream's gap holds one decode iteration, plus a prefill iteration with probability λ / r_dec
+        p_pre = np.minimum(lam / r_dec, 1.0)
+        kinds_s = tau_d[:, None] + t_pre + np.zeros_like(b)[:, None]
         kinds_w = np.broadcast_to(w, kinds_s.shape)
         return SteadyState(
             rate_per_s=lam, batch=b, mean_iteration_s=1.0 / r_dec, decode_iteration_s=tau_d, prefill_utilization=u,
             mixed_iteration_rate_per_s=p_pre * r_dec, iteration_rate_per_s=r_dec,
-            own_prefill_s=np.broadcast_to(t_pre, (len(lam), t_pre.shape[1])).copy(), mixed_kind_s=kinds_s,
+            own_prefill_s=np.broadcast_to(t_pre, (len(b), t_pre.shape[1])).copy(), mixed_kind_s=kinds_s,
             mixed_kind_weight=kinds_w, queue_wait_s=wq, residual_s=residual, stable=stable,
         )
 
@@ -258,35 +291,17 @@ class AggregatedModel:
             w * st.own_prefill_s, axis=1)
         return ttft + self.mean_decode_steps * st.mean_iteration_s
 
-    def saturation_rate_per_s(self, arrival_scv: float, wait_scale: float = 1.0) -> float:
-        """Largest stable per-replica arrival rate (bisection on the stability flag)."""
-        hi = 1.0
-        for _ in range(60):
-            if not self.steady_state(np.array([hi]), arrival_scv, wait_scale).stable[0]:
-                break
-            hi *= 4.0
-        grid = np.geomspace(hi / 4096.0, hi, 64)
-        st = self.steady_state(grid, arrival_scv, wait_scale)
-        ok = np.flatnonzero(st.stable)
-        if ok.size == 0:
-            return float(grid[0])
-        lo_rate = grid[ok[-1]]
-        hi_rate = grid[min(ok[-1] + 1, len(grid) - 1)]
-        fine = np.linspace(lo_rate, hi_rate, 32)
-        st = self.steady_state(fine, arrival_scv, wait_scale)
-        ok = np.flatnonzero(st.stable)
-        return float(fine[ok[-1]]) if ok.size else float(lo_rate)
+    def saturation_rate_per_s(self, arrival_scv: float = 1.0, wait_scale: float = 1.0) -> float:
+        """Largest stable per-replica arrival rate (the top of the λ(B) curve)."""
+        _, lam, ok = self._curve()
+        return float(lam[ok][-1]) if np.any(ok) else 0.0
 
     def closed_loop_rate_per_s(self, clients: float, arrival_scv: float) -> float:
         """Per-replica throughput of ``clients`` closed-loop clients: the root of ``λ·E[e2e](λ) = N``."""
         scale = max(clients - 1.0, 0.0) / clients
-        sat = self.saturation_rate_per_s(arrival_scv, scale)
-        grid = sat * (1.0 - np.geomspace(1e-4, 1.0, 96)[::-1] * (1.0 - 1e-6))
-        grid = np.unique(np.concatenate([grid, sat * np.geomspace(1e-6, 1.0, 32)]))
-        st = self.steady_state(grid, arrival_scv, scale)
-        pop = grid * self.mean_e2e_s(st)
-        pop = np.where(st.stable, pop, np.inf)
-        pop = np.maximum.accumulate(np.where(np.isfinite(pop), pop, np.inf))
-        if clients >= pop[np.isfinite(pop)][-1]:
-            return float(grid[np.isfinite(pop)][-1])  # saturated: the extra clients queue
-        return float(np.interp(clients, pop[np.isfinite(pop)], grid[np.isfinite(pop)]))
+        b, _, ok = self._curve()
+        st = self._at_batch(b[ok], arrival_scv, scale)
+        pops = np.maximum.accumulate(st.rate_per_s * self.mean_e2e_s(st))
+        if clients >= pops[-1]:
+            return float(st.rate_per_s[-1])  # saturated: the extra clients queue
+        return float(np.interp(clients, pops, st.rate_per_s))

@@ -29,9 +29,12 @@ FloatArray = NDArray[np.float64]
 NUM_BATCH_POINTS = 24
 FIXED_POINT_ITERATIONS = 60
 MAX_UTILIZATION = 0.995
-#: one-sided setup latency of an RDMA / NVLink copy (queue-pair post and completion) [s]; small against
-#: the transfer itself, it matters only for very short prompts (order of magnitude from NCCL p2p latency)
-TRANSFER_SETUP_S = 20e-6
+#: per-request hand-off between the pools that layer-wise transfer cannot hide (completion signalling,
+#: decode-side block allocation and admission) [s]: Splitwise measured a roughly constant 5 ms of
+#: non-overlapped transfer for large prompts on DGX-H100 with 400 Gb/s InfiniBand (Patel et al., ISCA 2024,
+#: Sec. VI; shared/data published_measurements.csv SW-022) and 8 ms on DGX-A100 with 200 Gb/s (SW-023,
+#: which this constant under-predicts by 3 ms: the part that scales with the link is not separated)
+KV_HANDOFF_S = 5e-3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,12 +121,12 @@ class DisaggregatedModel:
         self.link = choose_link(dep)
         kv_bytes_per_token = problem.model.kv_cache_bytes_per_token(DTYPE_BYTES[problem.kv_dtype])
         self.kv_bytes = self.in_values * kv_bytes_per_token
-        full = TRANSFER_SETUP_S + self.kv_bytes / self.link.bandwidth_bytes_per_s
+        full = self.kv_bytes / self.link.bandwidth_bytes_per_s
         layers = max(problem.model.num_layers, 1)
         # layer-wise transfer: layer l's KV leaves as soon as layer l is computed; what the prefill
-        # cannot hide is the last layer's share plus any excess of the transfer over the compute
-        self.transfer_full_s = full
-        self.transfer_s = full / layers + np.maximum(0.0, full - self.prefill_s * (layers - 1) / layers)
+        # cannot hide is the last layer's share, any excess of the transfer over the compute, and the hand-off
+        self.transfer_full_s = full + KV_HANDOFF_S
+        self.transfer_s = KV_HANDOFF_S + full / layers + np.maximum(0.0, full - self.prefill_s * (layers - 1) / layers)
         grid = np.unique(np.concatenate([[1.0], np.geomspace(1.0, max(self.batch_cap, 1.0), NUM_BATCH_POINTS)]))
         self.batch_grid = grid
         self.decode_table = np.broadcast_to(
@@ -136,14 +139,16 @@ class DisaggregatedModel:
         mean_s = float(np.dot(w, self.prefill_s))
         scv_s = float(np.dot(w, self.prefill_s**2)) / mean_s**2 - 1.0
         waits, pw, rho = [], [], []
-        for x in lam:
+        # beyond saturation the figures are those at the stability limit (flagged unstable by the caller)
+        lam_q = np.minimum(lam, MAX_UTILIZATION * dep.prefill.workers / mean_s)
+        for x in lam_q:
             wq, p, r = Q.ggc_wait(arrival_rate_per_s=float(x) * wait_scale, servers=dep.prefill.workers,
                                   service_mean_s=mean_s, service_scv=max(scv_s, 0.0), arrival_scv=arrival_scv)
-            r = float(x) * mean_s / dep.prefill.workers
             waits.append(wq)
             pw.append(p)
             rho.append(r)
-        wq_a, p_a, rho_a = np.array(waits), np.array(pw), np.array(rho)
+        wq_a, p_a = np.array(waits), np.array(pw)
+        rho_a = lam * mean_s / dep.prefill.workers
         link_util = lam * float(np.dot(w, self.transfer_full_s)) / dep.prefill.workers
         per_worker = lam / dep.decode.workers
         b = np.ones_like(lam)
@@ -159,9 +164,11 @@ class DisaggregatedModel:
         for i, x in enumerate(per_worker):
             residence = self.mean_decode_steps * tau[i]
             if residence > 0 and x > 0:
-                wq, _, _ = Q.ggc_wait(arrival_rate_per_s=float(x), servers=max(self.batch_cap, 1.0),
+                slots = max(self.batch_cap, 1.0)
+                x_q = min(float(x), MAX_UTILIZATION * slots / residence)
+                wq, _, _ = Q.ggc_wait(arrival_rate_per_s=x_q * wait_scale, servers=slots,
                                       service_mean_s=residence, service_scv=0.5, arrival_scv=arrival_scv)
-                slot_wait[i] = wq if np.isfinite(wq) else np.inf
+                slot_wait[i] = wq
         return DisaggState(
             rate_per_s=lam, prefill_wait_s=np.where(np.isfinite(wq_a), wq_a, np.inf), prefill_p_wait=p_a,
             prefill_utilization=rho_a, prefill_s=self.prefill_s, transfer_s=self.transfer_s,

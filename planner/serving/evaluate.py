@@ -125,8 +125,7 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
     p_wait = float(min(st.prefill_utilization[i], 0.995)) if extra == 0 else 1.0
     if not feasible:
         warnings.append("the offered load exceeds what the deployment serves in steady state: queues grow "
-                        "without bound; the figures are those at saturation")
-        wq = float("inf")
+                        "without bound; latencies are lower bounds, evaluated at the stability limit")
     if saturated:
         warnings.append(f"the closed loop saturates the deployment: {extra:.3g} s of each request's TTFT is "
                         "waiting for a batch slot or the prefill lane")
@@ -192,8 +191,8 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     overhead = problem.engine.request_overhead_s
     wq = float(st.prefill_wait_s[0]) + extra
     if not feasible:
-        warnings.append("the offered load exceeds what the pools serve in steady state; figures at saturation")
-        wq = 0.0 if not np.isfinite(wq) else wq
+        warnings.append("the offered load exceeds what the pools serve in steady state: queues grow without "
+                        "bound; latencies are lower bounds, evaluated at the stability limit")
     if saturated:
         warnings.append(f"the closed loop saturates the deployment: {extra:.3g} s of each request's latency is queueing")
     p_wait = float(st.prefill_p_wait[0]) if extra == 0 else 1.0

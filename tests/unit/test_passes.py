@@ -90,8 +90,8 @@ def test_breakdown_adds_up_and_is_labelled(ctx, decode, batch, tokens):
 MLA_CACHED_CELLS = pytest.mark.xfail(
     strict=True,
     reason="MLA prefill adds the attn.kv_b.cached GEMM when ANY cell has cached_tokens > 0, and charges it to "
-    "every cell: DeepSeek-V3 fp8 tp8 h200, prompt 1, cached 0, batch 1 costs 15.367 ms inside a grid with "
-    "cached prefixes but 14.727 ms alone (a cell's latency depends on its neighbours)",
+    "every cell: DeepSeek-V3 fp8 tp8 on h200-sxm, prompt 1 with cached 0 costs 10.926 ms next to a cell "
+    "(4096, cached 2048) but 10.511 ms alone (dp8·ep8: 15.367 vs 14.727 ms)",
 )
 GRID_PROMPT, GRID_BATCH = np.meshgrid([1, 127, 128, 129, 1000, 4096], [1, 3, 8])
 
@@ -182,7 +182,11 @@ def test_a_cached_prefix_costs_less_than_recomputing_it_but_more_than_no_prefix(
     whole = float(prefill_latency_s(ctx, prompt_tokens=prompt))
     chunk = float(prefill_latency_s(ctx, prompt_tokens=prompt, cached_tokens=cached))
     alone = float(prefill_latency_s(ctx, prompt_tokens=prompt - cached))
-    assert alone < chunk < whole
+    assert alone < chunk  # the new queries attend to the cached keys
+    # MLA expands a cached prefix's latents through kv_b in a GEMM of its own (vLLM's chunked-context MLA):
+    # its launch and weight read cost more than recomputing a prefix shorter than ~100 tokens
+    if cached >= 128 or not any(g.attention.kind == "mla" for g in ctx.model.layer_groups):
+        assert chunk < whole
 
 
 def test_a_cached_prefix_adds_exactly_its_attention_pairs():
