@@ -132,48 +132,49 @@ class DisaggregatedModel:
         self.decode_table = np.broadcast_to(
             decode_latency_s(self.dec_ctx, batch_size=grid, context_tokens=self.decode_context), grid.shape).copy()
 
+    def _decode_curve(self) -> tuple[FloatArray, FloatArray]:
+        """λ(B) of the decode pool: Little's law B = (λ/D)·(E[O] − 1)·τ_d(B), explicit in λ."""
+        b = self.batch_grid
+        if self.mean_decode_steps <= 0:
+            return b, np.full_like(b, np.inf)
+        return b, self.dep.decode.workers * b / (self.mean_decode_steps * self.decode_table)
+
     def steady_state(self, rate_per_s: FloatArray, arrival_scv: float, wait_scale: float = 1.0) -> DisaggState:
         lam = np.atleast_1d(np.asarray(rate_per_s, dtype=np.float64))
         dep = self.dep
         w = self.in_weights
         mean_s = float(np.dot(w, self.prefill_s))
-        scv_s = float(np.dot(w, self.prefill_s**2)) / mean_s**2 - 1.0
-        waits, pw, rho = [], [], []
-        # beyond saturation the figures are those at the stability limit (flagged unstable by the caller)
+        scv_s = max(float(np.dot(w, self.prefill_s**2)) / mean_s**2 - 1.0, 0.0)
+        # beyond saturation the figures are those at the stability limit (flagged unstable)
         lam_q = np.minimum(lam, MAX_UTILIZATION * dep.prefill.workers / mean_s)
-        for x in lam_q:
-            wq, p, r = Q.ggc_wait(arrival_rate_per_s=float(x) * wait_scale, servers=dep.prefill.workers,
-                                  service_mean_s=mean_s, service_scv=max(scv_s, 0.0), arrival_scv=arrival_scv)
-            waits.append(wq)
-            pw.append(p)
-            rho.append(r)
-        wq_a, p_a = np.array(waits), np.array(pw)
+        wq_a, p_a = Q.ggc_wait_array(arrival_rate_per_s=lam_q * wait_scale, servers=dep.prefill.workers,
+                                     service_mean_s=mean_s, service_scv=scv_s, arrival_scv=arrival_scv)
         rho_a = lam * mean_s / dep.prefill.workers
         link_util = lam * float(np.dot(w, self.transfer_full_s)) / dep.prefill.workers
-        per_worker = lam / dep.decode.workers
-        b = np.ones_like(lam)
-        for _ in range(FIXED_POINT_ITERATIONS):
-            tau = np.interp(b, self.batch_grid, self.decode_table)
-            b_new = np.clip(per_worker * self.mean_decode_steps * tau, 0.0, self.batch_cap)
-            b = 0.5 * b + 0.5 * b_new
-        tau = np.interp(b, self.batch_grid, self.decode_table)
-        decode_ok = per_worker * self.mean_decode_steps * tau <= self.batch_cap * 1.0001
+        b_grid, lam_grid = self._decode_curve()
+        if self.mean_decode_steps > 0:
+            b = np.interp(lam, lam_grid, b_grid)
+            decode_ok = lam <= lam_grid[-1] * (1.0 + 1e-9)
+        else:
+            b = np.zeros_like(lam)
+            decode_ok = np.ones_like(lam, dtype=bool)
+        tau = np.interp(np.maximum(b, 1.0), self.batch_grid, self.decode_table)
         stable = (rho_a < MAX_UTILIZATION) & decode_ok & (link_util < 1.0)
-        # waiting for a decode slot once the batch is near its cap (Allen-Cunneen over the slots)
+        # waiting for a decode slot once the batch nears its cap (Allen-Cunneen over the slots)
+        residence = self.mean_decode_steps * tau
+        slots = max(self.batch_cap, 1.0)
+        per_worker = lam / dep.decode.workers
+        x_q = np.minimum(per_worker, MAX_UTILIZATION * slots / np.maximum(residence, 1e-300))
         slot_wait = np.zeros_like(lam)
-        for i, x in enumerate(per_worker):
-            residence = self.mean_decode_steps * tau[i]
-            if residence > 0 and x > 0:
-                slots = max(self.batch_cap, 1.0)
-                x_q = min(float(x), MAX_UTILIZATION * slots / residence)
-                wq, _, _ = Q.ggc_wait(arrival_rate_per_s=x_q * wait_scale, servers=slots,
-                                      service_mean_s=residence, service_scv=0.5, arrival_scv=arrival_scv)
-                slot_wait[i] = wq
+        if self.mean_decode_steps > 0:
+            slot_wait, _ = Q.ggc_wait_array(arrival_rate_per_s=x_q * wait_scale, servers=slots,
+                                            service_mean_s=float(np.mean(residence)), service_scv=0.5,
+                                            arrival_scv=arrival_scv)
         return DisaggState(
-            rate_per_s=lam, prefill_wait_s=np.where(np.isfinite(wq_a), wq_a, np.inf), prefill_p_wait=p_a,
-            prefill_utilization=rho_a, prefill_s=self.prefill_s, transfer_s=self.transfer_s,
-            transfer_full_s=self.transfer_full_s, link_utilization=link_util, decode_batch=b,
-            decode_iteration_s=tau, decode_slot_wait_s=slot_wait, stable=stable,
+            rate_per_s=lam, prefill_wait_s=wq_a, prefill_p_wait=p_a, prefill_utilization=rho_a,
+            prefill_s=self.prefill_s, transfer_s=self.transfer_s, transfer_full_s=self.transfer_full_s,
+            link_utilization=link_util, decode_batch=b, decode_iteration_s=tau, decode_slot_wait_s=slot_wait,
+            stable=stable,
         )
 
     def mean_e2e_s(self, st: DisaggState) -> FloatArray:
@@ -182,26 +183,20 @@ class DisaggregatedModel:
                 + float(np.dot(w, self.transfer_s)))
         return ttft + st.decode_slot_wait_s + self.mean_decode_steps * st.decode_iteration_s
 
-    def saturation_rate_per_s(self, arrival_scv: float, wait_scale: float = 1.0) -> float:
-        hi = 1.0
-        for _ in range(60):
-            if not self.steady_state(np.array([hi]), arrival_scv, wait_scale).stable[0]:
-                break
-            hi *= 4.0
-        grid = np.geomspace(hi / 4096.0, hi, 64)
-        st = self.steady_state(grid, arrival_scv, wait_scale)
-        ok = np.flatnonzero(st.stable)
-        return float(grid[ok[-1]]) if ok.size else float(grid[0])
+    def saturation_rate_per_s(self, arrival_scv: float = 1.0, wait_scale: float = 1.0) -> float:
+        w = self.in_weights
+        mean_s = float(np.dot(w, self.prefill_s))
+        prefill_max = MAX_UTILIZATION * self.dep.prefill.workers / mean_s
+        link_max = self.dep.prefill.workers / float(np.dot(w, self.transfer_full_s))
+        _, lam_grid = self._decode_curve()
+        return float(min(prefill_max, link_max, lam_grid[-1]))
 
     def closed_loop_rate_per_s(self, clients: float, arrival_scv: float) -> float:
         scale = max(clients - 1.0, 0.0) / clients
         sat = self.saturation_rate_per_s(arrival_scv, scale)
-        grid = np.unique(np.concatenate([sat * np.geomspace(1e-6, 1.0, 48),
-                                         sat * (1.0 - np.geomspace(1e-4, 1.0, 48)[::-1] * (1.0 - 1e-6))]))
+        grid = sat * np.concatenate([np.geomspace(1e-6, 0.9, 48), 1.0 - np.geomspace(1e-4, 0.1, 32)[::-1]])
         st = self.steady_state(grid, arrival_scv, scale)
-        pop = np.where(st.stable, grid * self.mean_e2e_s(st), np.inf)
-        fin = np.isfinite(pop)
-        pop_f = np.maximum.accumulate(pop[fin])
-        if clients >= pop_f[-1]:
-            return float(grid[fin][-1])
-        return float(np.interp(clients, pop_f, grid[fin]))
+        pop = np.maximum.accumulate(grid * self.mean_e2e_s(st))
+        if clients >= pop[-1]:
+            return float(grid[-1])
+        return float(np.interp(clients, pop, grid))

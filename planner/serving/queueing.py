@@ -52,6 +52,35 @@ def ggc_wait(
     return float(wq), float(p_wait), float(rho)
 
 
+def erlang_c_array(servers: float, offered_load: ArrayLike) -> FloatArray:
+    """Vectorized :func:`erlang_c` over offered loads (one server count)."""
+    c = max(1, int(round(servers)))
+    a = np.atleast_1d(np.asarray(offered_load, dtype=np.float64))
+    a_safe = np.clip(a, 1e-300, c * (1.0 - 1e-12))
+    k = np.arange(c)
+    log_terms = k[None, :] * np.log(a_safe)[:, None] - special.gammaln(k + 1.0)[None, :]
+    log_top = c * np.log(a_safe) - special.gammaln(c + 1.0) + np.log(c / (c - a_safe))
+    hi = np.maximum(np.max(log_terms, axis=1), log_top)
+    top = np.exp(log_top - hi)
+    out = top / (np.sum(np.exp(log_terms - hi[:, None]), axis=1) + top)
+    return np.where(a <= 0, 0.0, np.where(a >= c, 1.0, out))
+
+
+def ggc_wait_array(
+    *, arrival_rate_per_s: ArrayLike, servers: float, service_mean_s: float, service_scv: float,
+    arrival_scv: float = 1.0,
+) -> tuple[FloatArray, FloatArray]:
+    """Vectorized Allen–Cunneen over arrival rates: (mean wait [s], probability of waiting); inf at ρ ≥ 1."""
+    lam = np.atleast_1d(np.asarray(arrival_rate_per_s, dtype=np.float64))
+    c, s = float(max(1, int(round(servers)))), float(service_mean_s)
+    if s <= 0:
+        return np.zeros_like(lam), np.zeros_like(lam)
+    p_wait = erlang_c_array(c, lam * s)
+    spare = c / s - lam
+    wq = np.where(spare > 0, p_wait / np.where(spare > 0, spare, 1.0) * (arrival_scv + service_scv) / 2.0, np.inf)
+    return np.where(lam > 0, wq, 0.0), p_wait
+
+
 def quantiles_of_shifted_wait(
     shifts_s: ArrayLike, weights: ArrayLike, *, p_wait: float, mean_wait_s: float, quantiles: ArrayLike
 ) -> FloatArray:

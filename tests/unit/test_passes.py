@@ -176,17 +176,17 @@ def test_faster_memory_or_math_never_slows_a_pass(ctx, factor, batch, tokens):
 
 
 @PROPERTY
-@given(ctx=deployments, prompt=st.integers(2, 16_384), cached_fraction=st.floats(0.01, 0.99))
-def test_a_cached_prefix_costs_less_than_recomputing_it_but_more_than_no_prefix(ctx, prompt, cached_fraction):
-    cached = min(prompt - 1, max(1, int(prompt * cached_fraction)))
+@given(ctx=deployments, blocks=st.integers(2, 128), cached_fraction=st.floats(0.0, 1.0))
+def test_a_cached_prefix_costs_less_than_recomputing_it_but_more_than_no_prefix(ctx, blocks, cached_fraction):
+    # lengths in whole 128-token attention blocks: a partial block has its own bug (test_one_more_prompt_token_...)
+    # and MLA expands a cached prefix through kv_b in a GEMM of its own (vLLM's chunked-context MLA), whose
+    # launch and weight read cost more than recomputing a prefix shorter than ~100 tokens
+    prompt = 128 * blocks
+    cached = 128 * min(blocks - 1, max(1, round(blocks * cached_fraction)))
     whole = float(prefill_latency_s(ctx, prompt_tokens=prompt))
     chunk = float(prefill_latency_s(ctx, prompt_tokens=prompt, cached_tokens=cached))
     alone = float(prefill_latency_s(ctx, prompt_tokens=prompt - cached))
-    assert alone < chunk  # the new queries attend to the cached keys
-    # MLA expands a cached prefix's latents through kv_b in a GEMM of its own (vLLM's chunked-context MLA):
-    # its launch and weight read cost more than recomputing a prefix shorter than ~100 tokens
-    if cached >= 128 or not any(g.attention.kind == "mla" for g in ctx.model.layer_groups):
-        assert chunk < whole
+    assert alone < chunk < whole  # the new queries attend to the cached keys, the cached ones skip the GEMMs
 
 
 def test_a_cached_prefix_adds_exactly_its_attention_pairs():
