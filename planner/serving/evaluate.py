@@ -79,6 +79,26 @@ def _tpot_distribution(itl_values: FloatArray, itl_weights: FloatArray, out_valu
     return mean, Q.weighted_quantiles(pts[multi], wts[multi], QUANTILES)
 
 
+def batch_fluctuation(mean_batch: float, cap: float, clients: float | None) -> tuple[FloatArray, FloatArray]:
+    """Support points and token weights of the running decode batch around its mean.
+
+    Open loop: the number of requests in their decode phase is Poisson (the M/G/∞ occupancy theorem,
+    exact for Poisson arrivals); closed loop of N clients: binomial(N, B̄/N). Truncated at the batch cap.
+    Weights are size-biased (∝ B·pmf): an iteration with more sequences yields more inter-token gaps.
+    """
+    if mean_batch <= 0:
+        return np.array([0.0]), np.array([1.0])
+    probs = np.array([0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98])
+    if clients is not None and clients >= 1:
+        n = int(round(clients))
+        dist = stats.binom(n, min(mean_batch / n, 1.0))
+    else:
+        dist = stats.poisson(mean_batch)
+    pts = np.clip(dist.ppf(probs), 1.0, max(cap, 1.0))
+    w = np.full(len(probs), 1.0 / len(probs)) * pts
+    return pts, w / w.sum()
+
+
 def evaluate(problem: ServingProblem) -> Evaluation:
     """Predict TTFT, ITL, TPOT and end-to-end latency (mean and percentiles), throughput and utilization."""
     if isinstance(problem.deployment, AggregatedDeployment):
@@ -145,6 +165,12 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
     else:
         itl_v = np.concatenate([[st.decode_iteration_s[i]], st.mixed_kind_s[i]])
         itl_w = np.concatenate([[1.0 - p_mixed], p_mixed * st.mixed_kind_weight[i] / st.mixed_kind_weight[i].sum()])
+    # the decode batch fluctuates around its mean: shift every iteration kind by the decode-time change
+    clients = (w.arrival.concurrency / replicas) if w.arrival.kind == "closed_loop" else None
+    b_pts, b_w = batch_fluctuation(float(st.batch[i]), model.batch_cap, clients)
+    shift = model.tables.decode(b_pts) - float(st.decode_iteration_s[i])
+    itl_v = (itl_v[:, None] + shift[None, :]).ravel()
+    itl_w = (itl_w[:, None] * b_w[None, :]).ravel()
     itl_mean = float(np.dot(itl_w, itl_v) / itl_w.sum())
     itl_q = Q.weighted_quantiles(itl_v, itl_w, QUANTILES)
     out_v, out_w = w.output_tokens.values, w.output_tokens.weights
@@ -200,11 +226,15 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     ttft_mean = overhead + wq + float(np.dot(in_w, model.prefill_s + model.transfer_s))
     ttft_q = Q.quantiles_of_shifted_wait(shifts, in_w, p_wait=p_wait if wq > 0 else 0.0, mean_wait_s=wq,
                                          quantiles=QUANTILES)
-    tau = float(st.decode_iteration_s[0])
-    itl_v, itl_w = np.array([tau]), np.array([1.0])
+    clients = float(w.arrival.concurrency) if w.arrival.kind == "closed_loop" else None
+    b_pts, b_w = batch_fluctuation(float(st.decode_batch[0]) * dep.decode.workers, model.batch_cap
+                                   * dep.decode.workers, clients)
+    itl_v = np.interp(b_pts / dep.decode.workers, model.batch_grid, model.decode_table)
+    itl_w = b_w
+    tau = float(np.dot(itl_v, itl_w))
     out_v, out_w = w.output_tokens.values, w.output_tokens.weights
-    tpot_mean = tau
-    tpot_q = np.full(3, tau)
+    tpot_mean, tpot_q = _tpot_distribution(itl_v, itl_w, out_v, out_w)
+    itl_q = Q.weighted_quantiles(itl_v, itl_w, QUANTILES)
     slot = float(st.decode_slot_wait_s[0]) if np.isfinite(st.decode_slot_wait_s[0]) else 0.0
     e2e_shift, e2e_w = _compress(shifts[:, None] + slot + np.maximum(out_v - 1.0, 0.0)[None, :] * tau,
                                  in_w[:, None] * out_w[None, :])
@@ -232,14 +262,14 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     breakdown = TtftBreakdown(queue=wq, prefill=float(np.dot(in_w, model.prefill_s)),
                               kv_transfer=float(np.dot(in_w, model.transfer_s)), overheads=overhead)
     ev = dict(
-        ttft_s=_stats(ttft_mean, ttft_q), itl_s=_stats(tau, np.full(3, tau)), tpot_s=_stats(tpot_mean, tpot_q),
+        ttft_s=_stats(ttft_mean, ttft_q), itl_s=_stats(tau, itl_q), tpot_s=_stats(tpot_mean, tpot_q),
         e2e_latency_s=_stats(e2e_mean, e2e_q), ttft_breakdown_s=breakdown, requests_per_s=lam,
         throughput_output_tokens_per_s=out_tps, throughput_output_tokens_per_s_per_gpu=out_tps / gpus,
         output_tokens_per_s_per_user=1.0 / tau if tau > 0 else 0.0, utilization=util,
         mean_decode_batch=float(st.decode_batch[0]), num_gpus=gpus, feasible=feasible, limiting_resource=limiting,
         kv_transfer=kv,
     )
-    return _finish(problem, ev, shifts, in_w, p_wait if wq > 0 else 0.0, wq, np.full(3, tau), itl_v, itl_w, lam,
+    return _finish(problem, ev, shifts, in_w, p_wait if wq > 0 else 0.0, wq, itl_q, itl_v, itl_w, lam,
                    warnings)
 
 

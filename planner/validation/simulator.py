@@ -1,0 +1,836 @@
+"""Discrete-event simulation of the serving scheduler: the check the closed form is held against.
+
+Used only by tests and by ``docs/accuracy.md`` (issue 3, section 5); the planner's answers come from
+``planner.serving``. It replays, request by request, the scheduler the closed form approximates:
+
+Aggregated (per replica, vLLM's scheduler, ``chunked_prefill=True``)
+    Each iteration first schedules every running decode (one token each), then spends what is left of
+    ``token_budget`` on prefill in FCFS order: the partly prefilled request first, then waiting ones, each
+    getting ``min(remaining prompt, remaining budget)`` tokens; at most ``max_batch_size`` sequences
+    (decoding + prefilling) run. A waiting request is admitted only if its whole prompt plus the KV
+    already held fits the worker's KV capacity. When a decode step would overflow the KV cache, the most
+    recently admitted running request is preempted: it frees its KV, returns to the head of the waiting
+    queue and recomputes its prompt and the tokens it had generated (vLLM's recompute preemption).
+    Without chunked prefill (vLLM's default policy): if the head of the queue can be admitted, the
+    iteration is prefill-only with as many waiting prompts (FCFS) as fit ``token_budget`` and
+    ``max_batch_size`` (a longer prompt alone); otherwise it is a decode-only iteration of all running
+    sequences.
+Disaggregated (Splitwise, DistServe)
+    A prefill pool of ``workers`` workers takes prompts from one FCFS queue: an idle worker runs one
+    prefill pass over up to ``max_batch_size`` waiting prompts whose tokens fit ``token_budget`` (or one
+    longer prompt). The first token appears when the pass ends; the prompt's KV cache then moves to the
+    decode pool (``kv_transfer_s``), and TTFT ends when the transfer does. The request joins the decode
+    worker with the fewest running sequences (ties: lowest index) whose batch and KV cache have room,
+    else waits in a FCFS decode-admission queue. Decode workers run decode-only iterations (and, after a
+    preemption, recompute the victim's KV there with chunked prefill).
+
+A request's first token appears at the end of the iteration that completes its prefill; then it emits one
+token per iteration it decodes in until it has ``output_tokens`` tokens. Prompt tokens found in the prefix
+cache (``round(prefix_cache_hit_fraction × input)``, at most ``input − 1``) need no prefill compute but
+occupy KV. ``engine.request_overhead_s`` (front end: HTTP, tokenization) delays each request's entry into
+the scheduler, so it is counted once in TTFT and in the end-to-end latency. A request holds
+``prompt + tokens decoded`` KV slots; each decode step writes one more.
+
+Iteration times come from :func:`planner.costs.passes.mixed_step_latency_s`, memoized on a grid: the
+decode batch exact up to 16 then in ~5 % geometric buckets, the mean decode context, the chunk tokens
+and their token-weighted mean offset in ~5 % buckets (exact below 16.5), the number of chunks exact. A
+miss evaluates the whole row of batch buckets in one vectorized call. A run of decode-only iterations
+during which nothing can change (no completion, no admission, the same context bucket, KV room) is
+advanced in one event and cut short by any arrival, so light loads cost a few events per request.
+
+References: Kwon et al., "Efficient Memory Management for LLM Serving with PagedAttention" (vLLM, SOSP
+2023), Sec. 4.5 (scheduling and recompute preemption); Agrawal et al., "Sarathi-Serve" (OSDI 2024),
+Sec. 4 (stall-free batching, chunked prefill); Patel et al., "Splitwise" (ISCA 2024) and Zhong et al.,
+"DistServe" (OSDI 2024) for the disaggregated pools.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from planner.costs.memory import memory_plan
+from planner.costs.passes import mixed_step_latency_s
+from planner.costs.types import CostContext, Parallelism
+from planner.errors import InvalidInput, ModelDoesNotFit
+from planner.hardware import GpuSpec
+from planner.serving.types import AggregatedDeployment, DisaggregatedDeployment, LatencyStats, ServingProblem
+from planner.serving.workload import LengthDistribution
+from planner.units import DTYPE_BYTES
+
+FloatArray = NDArray[np.float64]
+#: ``step_time(*, decode_batch, decode_context_tokens, prefill_tokens, prefill_cached_tokens,
+#: prefill_sequences) -> seconds``, the keywords of :func:`mixed_step_latency_s`
+StepTime = Callable[..., float]
+#: ``kv_transfer_s(prompt_tokens) -> seconds``
+KvTransfer = Callable[[int], float]
+
+#: geometric bucket ratio of the step-time memo
+BUCKET_RATIO = 1.05
+#: values below this are memoized exactly (rounded to an integer)
+EXACT_BELOW = 16.5
+_LOG = math.log(BUCKET_RATIO)
+_INV_LOG = 1.0 / _LOG
+
+_ARRIVAL, _ITER_END, _PREFILL_END, _TRANSFER_END = 0, 1, 2, 3
+METRICS = ("ttft_s", "e2e_s", "tpot_s", "itl_s")
+
+
+# --------------------------------------------------------------------------------------------------
+# results
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class SimulationResult:
+    """What a benchmark of the simulated deployment measures, after the warm-up requests.
+
+    Per-request arrays are in issue order. ``requests_per_s`` and ``output_tokens_per_s`` count
+    completions and emitted tokens (of any request) between the issue of the first measured request and
+    the issue of the last one, the span in which the offered load is steady.
+    """
+
+    #: time each measured request was issued (arrival at the front end) [s]
+    arrival_s: FloatArray
+    ttft_s: FloatArray
+    e2e_s: FloatArray
+    #: (last token − first token) / (output tokens − 1); NaN for one-token outputs [s]
+    tpot_s: FloatArray
+    output_tokens: NDArray[np.int64]
+    input_tokens: NDArray[np.int64]
+    #: exposed KV-transfer time of each request (zero when aggregated) [s]
+    kv_transfer_s: FloatArray
+    #: every gap between consecutive tokens of the measured requests [s]
+    itl_s: FloatArray
+    #: mean batch of the decode iterations in the window (per worker; decode workers when disaggregated)
+    mean_decode_batch: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    #: busy fraction in the window: "gpu" (aggregated) or "prefill_pool" and "decode_pool"
+    utilization: dict[str, float]
+    #: preemptions over the whole run, and the prefill tokens recomputed because of them
+    num_preemptions: int
+    recomputed_tokens: int
+    #: length of the measurement window [s]
+    window_s: float
+
+    def stats(self, name: str) -> LatencyStats:
+        """Mean, p50, p90 and p99 of ``ttft_s``, ``e2e_s``, ``tpot_s`` or ``itl_s`` [s] (NaNs dropped)."""
+        if name not in METRICS:
+            raise InvalidInput(f"unknown metric {name!r}; choose one of {', '.join(METRICS)}", field="name")
+        values = np.asarray(getattr(self, name), dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            nan = float("nan")
+            return LatencyStats(mean=nan, p50=nan, p90=nan, p99=nan)
+        p50, p90, p99 = np.percentile(values, [50.0, 90.0, 99.0])
+        return LatencyStats(mean=float(values.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
+
+
+# --------------------------------------------------------------------------------------------------
+# step time
+# --------------------------------------------------------------------------------------------------
+
+
+def _bucket(x: float) -> int:
+    """Memo key of a token count: itself below 16.5, else minus its nearest 5 % geometric index."""
+    if x < EXACT_BELOW:
+        return int(x + 0.5)
+    return -int(math.log(x) * _INV_LOG + 0.5)
+
+
+def _bucket_value(key: int) -> float:
+    return float(key) if key >= 0 else math.exp(-key * _LOG)
+
+
+def _bucket_upper_edge(x: float) -> float:
+    """The smallest value above ``x`` whose bucket differs from that of ``x``."""
+    if x < EXACT_BELOW:
+        return min(float(int(x + 0.5)) + 0.5, EXACT_BELOW)
+    return math.exp((int(math.log(x) * _INV_LOG + 0.5) + 0.5) * _LOG)
+
+
+class _CostModelStep:
+    """``mixed_step_latency_s`` memoized on the bucket grid; a miss fills the row of every batch bucket."""
+
+    def __init__(self, ctx: CostContext, max_batch: int) -> None:
+        self.ctx = ctx
+        keys = sorted({_bucket(b) for b in range(max_batch + 1)}, key=_bucket_value)
+        self.batch_values = np.array([_bucket_value(k) for k in keys])
+        position = {k: i for i, k in enumerate(keys)}
+        self.batch_index = [position[_bucket(b)] for b in range(max_batch + 1)]
+        self.rows: dict[tuple[int, int, int, int], list[float]] = {}
+
+    def __call__(self, batch: int, context: float, tokens: int, offset: float, sequences: int) -> float:
+        key = (_bucket(context) if batch else 0, _bucket(tokens), _bucket(offset) if tokens else 0,
+               sequences if tokens else 0)
+        row = self.rows.get(key)
+        if row is None:
+            row = self._fill(key)
+        return row[self.batch_index[batch]]
+
+    def _fill(self, key: tuple[int, int, int, int]) -> list[float]:
+        c, p, o, s = key
+        first = 0 if p else 1  # an iteration with nothing to do is never costed
+        times = mixed_step_latency_s(
+            self.ctx, decode_batch=self.batch_values[first:], decode_context_tokens=_bucket_value(c),
+            prefill_tokens=_bucket_value(p), prefill_cached_tokens=_bucket_value(o), prefill_sequences=s,
+        )
+        row = [float("nan")] * first + [float(t) for t in np.broadcast_to(times, self.batch_values[first:].shape)]
+        self.rows[key] = row
+        return row
+
+
+def _injected_step(step_time: StepTime) -> Callable[[int, float, int, float, int], float]:
+    def step(batch: int, context: float, tokens: int, offset: float, sequences: int) -> float:
+        return float(step_time(decode_batch=batch, decode_context_tokens=context, prefill_tokens=tokens,
+                               prefill_cached_tokens=offset, prefill_sequences=sequences))
+
+    return step
+
+
+# --------------------------------------------------------------------------------------------------
+# state
+# --------------------------------------------------------------------------------------------------
+
+
+class _Request:
+    __slots__ = ("rid", "client", "issue_s", "n_in", "n_cached", "n_out", "emitted", "target", "done",
+                 "decoding", "held0", "j0", "epoch", "segments", "first_token_s", "finish_s", "transfer_s",
+                 "preempted")
+
+    def __init__(self, rid: int, client: int, issue_s: float, n_in: int, n_cached: int, n_out: int) -> None:
+        self.rid = rid
+        self.client = client
+        self.issue_s = issue_s
+        self.n_in = n_in
+        self.n_cached = n_cached
+        self.n_out = n_out
+        self.emitted = 0  # tokens emitted so far (exact while not decoding)
+        self.target = n_in  # tokens whose KV the next prefill must hold: prompt + tokens emitted
+        self.done = n_cached  # of them, already in the KV cache
+        self.decoding = False
+        self.held0 = 0  # KV held when the current decode run began
+        self.j0 = 0  # decode-iteration index of the worker where it began
+        self.epoch = 0  # bumped on preemption: invalidates finish-heap entries
+        #: [explicit token time, worker, first decode iteration, last decode iteration] per decode run
+        self.segments: list[list[Any]] = []
+        self.first_token_s = math.nan
+        self.finish_s = math.nan
+        self.transfer_s = 0.0
+        self.preempted = False
+
+
+class _Worker:
+    """One worker running continuous batching (an aggregated replica or a decode worker)."""
+
+    __slots__ = ("index", "chunked", "max_batch", "budget", "capacity", "step", "waiting", "running",
+                 "pending", "num_decoding", "context_sum", "used", "next_decode", "finish_heap", "partial",
+                 "busy", "bulk", "epoch", "run")
+
+    def __init__(self, index: int, *, chunked: bool, max_batch: int, budget: int, capacity: int,
+                 step: Callable[[int, float, int, float, int], float]) -> None:
+        self.index = index
+        self.chunked = chunked
+        self.max_batch = max_batch
+        self.budget = budget
+        self.capacity = capacity
+        self.step = step
+        self.waiting: deque[_Request] = deque()
+        self.running: dict[int, _Request] = {}  # in admission order
+        self.pending: list[_Request] = []  # joined from the decode-admission queue, merged at next start
+        self.num_decoding = 0
+        self.context_sum = 0  # KV tokens held by the decoding sequences
+        self.used = 0  # KV tokens held or reserved
+        self.next_decode = 0  # index of the next decode iteration
+        self.finish_heap: list[tuple[int, int, int, _Request]] = []
+        self.partial: _Request | None = None
+        self.busy = False
+        self.bulk = False  # the iteration in flight is a run of several decode-only iterations
+        self.epoch = 0
+        self.run: tuple[float, float, int, int, list[tuple[_Request, int]]] = (0.0, 0.0, 0, 0, [])
+
+
+class _PrefillWorker:
+    __slots__ = ("index", "batch", "start")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.batch: list[_Request] = []
+        self.start = 0.0
+
+
+# --------------------------------------------------------------------------------------------------
+# the simulation
+# --------------------------------------------------------------------------------------------------
+
+
+def _draw_lengths(rng: np.random.Generator, dist: LengthDistribution, n: int) -> NDArray[np.int64]:
+    values = np.maximum(np.rint(np.asarray(dist.values, dtype=np.float64)), 1.0).astype(np.int64)
+    weights = np.asarray(dist.weights, dtype=np.float64)
+    return values[rng.choice(values.size, size=n, p=weights / weights.sum())]
+
+
+def _context(problem: ServingProblem, gpu: GpuSpec, parallelism: Parallelism) -> CostContext:
+    return CostContext(model=problem.model, gpu=gpu, engine=problem.engine, weight_dtype=problem.weight_dtype,
+                       kv_dtype=problem.kv_dtype, parallelism=parallelism)
+
+
+def _kv_capacity(ctx: CostContext, typical_context: int, pool: str) -> int:
+    plan = memory_plan(ctx, max_context_tokens=typical_context)
+    if not plan.fits:
+        raise ModelDoesNotFit(
+            f"{ctx.model.id} ({ctx.weight_dtype}) does not fit on the {pool}'s {ctx.gpu.id} with "
+            f"tp={ctx.parallelism.tp}, pp={ctx.parallelism.pp}", pool=pool,
+            weight_bytes_per_gpu=plan.weight_bytes_per_gpu,
+            usable_bytes_per_gpu=plan.memory_bytes - plan.reserved_bytes_per_gpu,
+        )
+    return int(plan.kv_capacity_tokens)
+
+
+class _Simulation:
+    def __init__(self, problem: ServingProblem, *, num_requests: int, warmup_requests: int, seed: int,
+                 step_time: StepTime | None, kv_transfer_s: KvTransfer | None,
+                 kv_capacity_tokens: int | None) -> None:
+        if num_requests < 1 or not 0 <= warmup_requests < num_requests:
+            raise InvalidInput(f"need 0 <= warmup_requests < num_requests, got {warmup_requests} and "
+                               f"{num_requests}", field="warmup_requests")
+        self.problem = problem
+        self.num_requests = num_requests
+        self.warmup = warmup_requests
+        w = problem.workload
+        rng = np.random.default_rng(seed)
+        self.n_in = _draw_lengths(rng, w.input_tokens, num_requests)
+        self.n_out = _draw_lengths(rng, w.output_tokens, num_requests)
+        self.n_cached = np.minimum(np.rint(w.prefix_cache_hit_fraction * self.n_in), self.n_in - 1).astype(np.int64)
+        arr = w.arrival
+        self.closed = arr.kind == "closed_loop"
+        if arr.kind == "poisson":
+            gaps = rng.exponential(1.0 / float(arr.rate_per_s), size=num_requests)  # type: ignore[arg-type]
+        elif arr.kind == "gamma":
+            cv2 = arr.cv**2
+            gaps = rng.gamma(1.0 / cv2, cv2 / float(arr.rate_per_s), size=num_requests)  # type: ignore[arg-type]
+        else:
+            gaps = np.zeros(0)
+        self.arrival_times = np.cumsum(gaps).tolist()
+        self.overhead_s = float(problem.engine.request_overhead_s)
+        self.requests: list[_Request] = []
+        self.heap: list[tuple[float, int, int, Any, int]] = []
+        self.seq = 0
+        self.num_preemptions = 0
+        self.recomputed_tokens = 0
+        # records of every iteration run: worker, start, duration, iterations, decode batch
+        self.rec_worker: list[int] = []
+        self.rec_start: list[float] = []
+        self.rec_dur: list[float] = []
+        self.rec_k: list[int] = []
+        self.rec_b: list[int] = []
+        typical = max(int(w.input_tokens.max + w.output_tokens.max), 1)
+        longest = int(self.n_in.max() + self.n_out.max()) - 1 if num_requests else 1
+        dep = problem.deployment
+        self.workers: list[_Worker] = []
+        self.prefill_workers: list[_PrefillWorker] = []
+        if isinstance(dep, AggregatedDeployment):
+            self.disaggregated = False
+            if dep.replicas < 1 or dep.max_batch_size < 1 or dep.token_budget < 1:
+                raise InvalidInput("replicas, max_batch_size and token_budget must be >= 1", field="deployment")
+            ctx = _context(problem, dep.gpu, dep.parallelism)
+            capacity = kv_capacity_tokens if kv_capacity_tokens is not None else _kv_capacity(ctx, typical, "replica")
+            self._check_fits(capacity, longest, "replica")
+            step = _injected_step(step_time) if step_time is not None else _CostModelStep(ctx, dep.max_batch_size)
+            for i in range(dep.replicas):
+                self.workers.append(_Worker(i, chunked=dep.chunked_prefill, max_batch=dep.max_batch_size,
+                                            budget=dep.token_budget, capacity=capacity, step=step))
+            self.pools = {"gpu": list(range(dep.replicas))}
+        elif isinstance(dep, DisaggregatedDeployment):
+            self.disaggregated = True
+            pre, dec = dep.prefill, dep.decode
+            if min(pre.workers, dec.workers, pre.max_batch_size, dec.max_batch_size, pre.token_budget,
+                   dec.token_budget) < 1:
+                raise InvalidInput("pool workers, max_batch_size and token_budget must be >= 1", field="deployment")
+            pre_ctx = _context(problem, pre.gpu, pre.parallelism)
+            dec_ctx = _context(problem, dec.gpu, dec.parallelism)
+            pre_capacity = _kv_capacity(pre_ctx, typical, "prefill pool")
+            if kv_capacity_tokens is None and self.n_in.max() > pre_capacity:
+                raise ModelDoesNotFit(f"the KV cache of a prefill worker holds {pre_capacity} tokens, less than the "
+                                      f"longest prompt ({int(self.n_in.max())})", kv_capacity_tokens=pre_capacity)
+            capacity = kv_capacity_tokens if kv_capacity_tokens is not None else _kv_capacity(dec_ctx, typical,
+                                                                                              "decode pool")
+            self._check_fits(capacity, longest, "decode worker")
+            if step_time is not None:
+                self.pre_step = self.dec_step = _injected_step(step_time)
+            else:
+                self.pre_step = _CostModelStep(pre_ctx, 0)
+                self.dec_step = _CostModelStep(dec_ctx, dec.max_batch_size)
+            self.pre_budget, self.pre_max_batch = pre.token_budget, pre.max_batch_size
+            for i in range(pre.workers):
+                self.prefill_workers.append(_PrefillWorker(i))
+            for i in range(dec.workers):
+                self.workers.append(_Worker(pre.workers + i, chunked=True, max_batch=dec.max_batch_size,
+                                            budget=dec.token_budget, capacity=capacity, step=self.dec_step))
+            self.idle_prefill = list(range(pre.workers))  # a heap: the lowest index is taken first
+            self.prefill_queue: deque[_Request] = deque()
+            self.decode_queue: deque[_Request] = deque()
+            if kv_transfer_s is None:
+                kv_bytes_per_token = problem.model.kv_cache_bytes_per_token(DTYPE_BYTES[problem.kv_dtype])
+                bandwidth = pre.gpu.scale_out_bandwidth_bytes_per_s
+
+                def kv_transfer_s(prompt_tokens: int) -> float:
+                    return prompt_tokens * kv_bytes_per_token / bandwidth
+
+            self.kv_transfer = kv_transfer_s
+            self.pools = {"prefill_pool": list(range(pre.workers)),
+                          "decode_pool": [pre.workers + i for i in range(dec.workers)]}
+        else:
+            raise InvalidInput("unknown deployment kind", field="deployment")
+
+    @staticmethod
+    def _check_fits(capacity: int, longest: int, where: str) -> None:
+        if capacity < longest:
+            raise ModelDoesNotFit(
+                f"the KV cache of one {where} holds {capacity} tokens, less than the longest request "
+                f"(prompt + output − 1 = {longest} tokens), which could never finish",
+                kv_capacity_tokens=capacity, needed_kv_tokens=longest,
+            )
+
+    # ---- events ----------------------------------------------------------------------------------
+
+    def _push(self, t: float, kind: int, obj: Any, epoch: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, obj, epoch))
+
+    def _issue(self, client: int, now: float) -> None:
+        rid = len(self.requests)
+        r = _Request(rid, client, now, int(self.n_in[rid]), int(self.n_cached[rid]), int(self.n_out[rid]))
+        self.requests.append(r)
+        if self.overhead_s > 0.0:
+            self._push(now + self.overhead_s, _ARRIVAL, r)
+        else:
+            self._arrive(r, now)
+
+    def _arrive(self, r: _Request, now: float) -> None:
+        if self.disaggregated:
+            self.prefill_queue.append(r)
+            if self.idle_prefill:
+                self._dispatch_prefill(self.prefill_workers[heapq.heappop(self.idle_prefill)], now)
+            return
+        w = self.workers[r.client % len(self.workers)]
+        w.waiting.append(r)
+        if not w.busy:
+            self._start(w, now)
+        elif w.bulk:
+            self._interrupt(w, now)
+
+    def run(self) -> None:
+        if self.closed:
+            concurrency = int(self.problem.workload.arrival.concurrency or 1)
+            for c in range(min(concurrency, self.num_requests)):
+                self._issue(c, 0.0)
+        else:
+            self._push(self.arrival_times[0], -1, None)
+        heap = self.heap
+        pop = heapq.heappop
+        while heap:
+            t, _, kind, obj, epoch = pop(heap)
+            if kind == _ITER_END:
+                if epoch == obj.epoch:
+                    self._end(obj, t)
+            elif kind == _ARRIVAL:
+                self._arrive(obj, t)
+            elif kind == _TRANSFER_END:
+                self._transfer_end(obj, t)
+            elif kind == _PREFILL_END:
+                self._prefill_end(obj, t)
+            else:  # the next open-loop arrival
+                rid = len(self.requests)
+                self._issue(rid, t)
+                if rid + 1 < self.num_requests:
+                    self._push(self.arrival_times[rid + 1], -1, None)
+
+    # ---- a continuous-batching worker --------------------------------------------------------------
+
+    def _begin_decode(self, w: _Worker, r: _Request, held: int) -> None:
+        r.decoding = True
+        r.held0 = held
+        r.j0 = w.next_decode
+        seg = r.segments[-1]
+        seg[1] = w.index
+        seg[2] = w.next_decode
+        w.num_decoding += 1
+        w.context_sum += held
+        heapq.heappush(w.finish_heap, (w.next_decode + r.n_out - r.emitted - 1, r.rid, r.epoch, r))
+
+    def _preempt(self, w: _Worker) -> None:
+        _, v = w.running.popitem()  # the most recently admitted
+        if v.decoding:
+            steps = w.next_decode - v.j0
+            held = v.held0 + steps
+            v.emitted += steps
+            v.segments[-1][3] = w.next_decode - 1
+            v.decoding = False
+            w.num_decoding -= 1
+            w.context_sum -= held
+            w.used -= held
+        else:
+            w.used -= v.target
+            if w.partial is v:
+                w.partial = None
+        v.epoch += 1
+        v.target = v.n_in + v.emitted
+        v.done = v.n_cached
+        v.preempted = True
+        w.waiting.appendleft(v)
+        self.num_preemptions += 1
+
+    def _admit(self, w: _Worker, r: _Request) -> None:
+        w.waiting.popleft()
+        w.running[r.rid] = r
+        w.used += r.target
+        r.done = r.n_cached
+        if r.preempted:
+            self.recomputed_tokens += r.target - r.n_cached
+
+    def _start(self, w: _Worker, now: float) -> None:
+        """Plan and launch the next iteration (or a run of identical decode-only ones); idle if none."""
+        if w.pending:
+            for r in w.pending:
+                w.running[r.rid] = r
+                self._begin_decode(w, r, r.n_in)
+            w.pending.clear()
+        chunks: list[tuple[_Request, int]] = []
+        tokens = 0
+        offset_sum = 0
+        running, waiting = w.running, w.waiting
+        if w.chunked:
+            while w.num_decoding and w.used + w.num_decoding > w.capacity:
+                self._preempt(w)
+            left = w.budget - w.num_decoding
+            p = w.partial
+            if p is not None and left > 0:
+                n = min(p.target - p.done, left)
+                chunks.append((p, n))
+                tokens += n
+                offset_sum += n * p.done
+                left -= n
+            while left > 0 and waiting and len(running) < w.max_batch:
+                r = waiting[0]
+                if w.used + r.target > w.capacity:
+                    break
+                self._admit(w, r)
+                n = min(r.target - r.done, left)
+                chunks.append((r, n))
+                tokens += n
+                offset_sum += n * r.done
+                left -= n
+        else:
+            while True:
+                if waiting and len(running) < w.max_batch and w.used + waiting[0].target <= w.capacity:
+                    while waiting and len(running) < w.max_batch:
+                        r = waiting[0]
+                        n = r.target - r.n_cached
+                        if (chunks and tokens + n > w.budget) or w.used + r.target > w.capacity:
+                            break
+                        self._admit(w, r)
+                        chunks.append((r, n))
+                        tokens += n
+                        offset_sum += n * r.done
+                    break
+                if not w.num_decoding:
+                    break
+                while w.num_decoding and w.used + w.num_decoding > w.capacity:
+                    self._preempt(w)
+                if w.num_decoding:
+                    break
+        batch = w.num_decoding if (w.chunked or not chunks) else 0
+        if not batch and not chunks:
+            w.busy = False
+            return
+        context = w.context_sum / batch if batch else 0.0
+        k = 1
+        if chunks:
+            dur = w.step(batch, context, tokens, offset_sum / tokens, len(chunks))
+        else:
+            dur = w.step(batch, context, 0, 0.0, 0)
+            fh = w.finish_heap
+            while fh[0][2] != fh[0][3].epoch:
+                heapq.heappop(fh)
+            k = min(fh[0][0] - w.next_decode + 1, (w.capacity - w.used) // batch,
+                    math.ceil(_bucket_upper_edge(context) - context))
+            k = max(k, 1)
+        w.busy = True
+        w.bulk = k > 1
+        w.run = (now, dur, k, batch, chunks)
+        self._push(now + k * dur, _ITER_END, w, w.epoch)
+
+    def _interrupt(self, w: _Worker, now: float) -> None:
+        """Something arrived during a run of decode-only iterations: stop it after the one in flight."""
+        start, dur, k, batch, chunks = w.run
+        w.bulk = False
+        k_new = min(k, int((now - start) / dur) + 1)
+        if k_new < k:
+            w.epoch += 1
+            w.run = (start, dur, k_new, batch, chunks)
+            self._push(max(start + k_new * dur, now), _ITER_END, w, w.epoch)
+
+    def _end(self, w: _Worker, now: float) -> None:
+        start, dur, k, batch, chunks = w.run
+        w.bulk = False
+        self.rec_worker.append(w.index)
+        self.rec_start.append(start)
+        self.rec_dur.append(dur)
+        self.rec_k.append(k)
+        self.rec_b.append(batch)
+        finished: list[_Request] = []
+        if batch:
+            w.next_decode += k
+            w.used += batch * k
+            w.context_sum += batch * k
+            fh = w.finish_heap
+            last = w.next_decode
+            while fh and fh[0][0] < last:
+                _, _, epoch, r = heapq.heappop(fh)
+                if epoch != r.epoch:
+                    continue
+                held = r.held0 + (last - r.j0)
+                r.emitted += last - r.j0
+                r.segments[-1][3] = last - 1
+                r.decoding = False
+                w.num_decoding -= 1
+                w.context_sum -= held
+                w.used -= held
+                del w.running[r.rid]
+                finished.append(r)
+        for r, n in chunks:
+            r.done += n
+            if r.done < r.target:
+                w.partial = r
+                continue
+            if w.partial is r:
+                w.partial = None
+            r.emitted += 1
+            r.segments.append([now, -1, 0, -1])
+            if r.first_token_s != r.first_token_s:  # NaN: the request's first token
+                r.first_token_s = now
+            if r.emitted >= r.n_out:
+                w.used -= r.target
+                del w.running[r.rid]
+                finished.append(r)
+            else:
+                self._begin_decode(w, r, r.target)
+        for r in finished:
+            self._finish(r, now)
+        if self.disaggregated and self.decode_queue:
+            self._admit_decode(now)
+        w.busy = False
+        self._start(w, now)
+
+    def _finish(self, r: _Request, now: float) -> None:
+        r.finish_s = now
+        if self.closed and len(self.requests) < self.num_requests:
+            self._issue(r.client, now)
+
+    # ---- disaggregated pools -----------------------------------------------------------------------
+
+    def _dispatch_prefill(self, pw: _PrefillWorker, now: float) -> None:
+        q = self.prefill_queue
+        first = q.popleft()
+        batch = [first]
+        tokens = first.n_in - first.n_cached
+        offset_sum = tokens * first.n_cached
+        while q and len(batch) < self.pre_max_batch:
+            n = q[0].n_in - q[0].n_cached
+            if tokens + n > self.pre_budget:
+                break
+            r = q.popleft()
+            batch.append(r)
+            tokens += n
+            offset_sum += n * r.n_cached
+        pw.batch = batch
+        pw.start = now
+        dur = self.pre_step(0, 0.0, tokens, offset_sum / tokens, len(batch))
+        self.rec_worker.append(pw.index)
+        self.rec_start.append(now)
+        self.rec_dur.append(dur)
+        self.rec_k.append(1)
+        self.rec_b.append(0)
+        self._push(now + dur, _PREFILL_END, pw)
+
+    def _prefill_end(self, pw: _PrefillWorker, now: float) -> None:
+        for r in pw.batch:
+            r.transfer_s = float(self.kv_transfer(r.n_in))
+            self._push(now + r.transfer_s, _TRANSFER_END, r)
+        pw.batch = []
+        if self.prefill_queue:
+            self._dispatch_prefill(pw, now)
+        else:
+            heapq.heappush(self.idle_prefill, pw.index)
+
+    def _transfer_end(self, r: _Request, now: float) -> None:
+        r.first_token_s = now
+        r.emitted = 1
+        r.target = r.n_in + 1
+        r.segments.append([now, -1, 0, -1])
+        if r.n_out <= 1:
+            self._finish(r, now)
+            return
+        self.decode_queue.append(r)
+        self._admit_decode(now)
+
+    def _admit_decode(self, now: float) -> None:
+        q = self.decode_queue
+        while q:
+            r = q[0]
+            best: _Worker | None = None
+            best_n = 0
+            for w in self.workers:
+                if w.waiting:
+                    continue
+                n = len(w.running) + len(w.pending)
+                if n < w.max_batch and w.used + r.n_in <= w.capacity and (best is None or n < best_n):
+                    best, best_n = w, n
+            if best is None:
+                return
+            q.popleft()
+            best.pending.append(r)
+            best.used += r.n_in
+            if not best.busy:
+                self._start(best, now)
+            elif best.bulk:
+                self._interrupt(best, now)
+
+    # ---- results -----------------------------------------------------------------------------------
+
+    def result(self) -> SimulationResult:
+        reqs = self.requests
+        assert len(reqs) == self.num_requests and all(r.finish_s == r.finish_s for r in reqs)
+        rec_w = np.asarray(self.rec_worker, dtype=np.int64)
+        rec_s = np.asarray(self.rec_start, dtype=np.float64)
+        rec_d = np.asarray(self.rec_dur, dtype=np.float64)
+        rec_k = np.asarray(self.rec_k, dtype=np.int64)
+        rec_b = np.asarray(self.rec_b, dtype=np.int64)
+        # end times of every decode iteration, worker by worker in order, on one global index
+        dec = np.flatnonzero(rec_b > 0)
+        dec = dec[np.argsort(rec_w[dec], kind="stable")]
+        per_worker = np.bincount(rec_w[dec], weights=rec_k[dec], minlength=len(self.workers)
+                                 + len(self.prefill_workers)).astype(np.int64)
+        offsets = np.concatenate([[0], np.cumsum(per_worker)[:-1]])
+        for w in self.workers:
+            assert per_worker[w.index] == w.next_decode
+        k_dec = rec_k[dec]
+        run_of = np.repeat(np.arange(dec.size), k_dec)
+        within = np.arange(run_of.size) - np.repeat(np.cumsum(k_dec) - k_dec, k_dec)
+        decode_end_s = rec_s[dec][run_of] + rec_d[dec][run_of] * (within + 1)
+
+        measured = reqs[self.warmup:]
+        segs = [(i, s) for i, r in enumerate(measured) for s in r.segments]
+        seg_req = np.array([i for i, _ in segs], dtype=np.int64)
+        seg_t = np.array([s[0] for _, s in segs], dtype=np.float64)
+        seg_w = np.array([s[1] for _, s in segs], dtype=np.int64)
+        seg_len = np.array([max(s[3] - s[2] + 1, 0) for _, s in segs], dtype=np.int64)
+        seg_g0 = np.where(seg_w >= 0, offsets[np.maximum(seg_w, 0)] + np.array([s[2] for _, s in segs],
+                                                                               dtype=np.int64), 0)
+        counts = seg_len + 1
+        tok_seg = np.repeat(np.arange(len(segs)), counts)
+        tok_pos = np.arange(tok_seg.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        gather = np.clip(seg_g0[tok_seg] + tok_pos - 1, 0, max(decode_end_s.size - 1, 0))
+        token_s = np.where(tok_pos == 0, seg_t[tok_seg], decode_end_s[gather] if decode_end_s.size else 0.0)
+        tok_req = seg_req[tok_seg]
+        same = tok_req[1:] == tok_req[:-1]
+        itl = np.diff(token_s)[same]
+
+        issue = np.array([r.issue_s for r in measured])
+        first = np.array([r.first_token_s for r in measured])
+        finish = np.array([r.finish_s for r in measured])
+        n_out = np.array([r.n_out for r in measured], dtype=np.int64)
+        assert np.array_equal(np.bincount(tok_req, minlength=len(measured)), n_out)
+        tpot = np.full(len(measured), np.nan)
+        many = n_out > 1
+        tpot[many] = (finish[many] - first[many]) / (n_out[many] - 1)
+
+        # measurement window: the span over which requests are being issued
+        t0 = reqs[self.warmup].issue_s
+        t1 = reqs[-1].issue_s
+        if t1 <= t0:
+            t1 = max(r.finish_s for r in reqs)
+        span = max(t1 - t0, 1e-300)
+        all_finish = np.array([r.finish_s for r in reqs])
+        completions = int(np.count_nonzero((all_finish >= t0) & (all_finish <= t1)))
+        # tokens emitted in the window: ends of decode iterations × their batch, plus prefill tokens
+        lo = np.maximum(np.ceil((t0 - rec_s) / rec_d), 1.0)
+        hi = np.minimum(np.floor((t1 - rec_s) / rec_d), rec_k)
+        ends_in = np.maximum(hi - lo + 1.0, 0.0)
+        explicit = np.array([s[0] for r in reqs for s in r.segments])
+        tokens_in = float(np.sum(ends_in * rec_b)) + int(np.count_nonzero((explicit >= t0) & (explicit <= t1)))
+        decode_runs = rec_b > 0
+        iterations = float(np.sum(ends_in[decode_runs]))
+        mean_batch = float(np.sum(ends_in[decode_runs] * rec_b[decode_runs]) / iterations) if iterations else 0.0
+        busy = np.clip(np.minimum(rec_s + rec_k * rec_d, t1) - np.maximum(rec_s, t0), 0.0, None)
+        utilization = {}
+        for pool, members in self.pools.items():
+            in_pool = np.isin(rec_w, members)
+            utilization[pool] = float(np.sum(busy[in_pool]) / (span * len(members)))
+        return SimulationResult(
+            arrival_s=issue, ttft_s=first - issue, e2e_s=finish - issue, tpot_s=tpot, output_tokens=n_out,
+            input_tokens=np.array([r.n_in for r in measured], dtype=np.int64),
+            kv_transfer_s=np.array([r.transfer_s for r in measured]), itl_s=itl, mean_decode_batch=mean_batch,
+            requests_per_s=completions / span, output_tokens_per_s=tokens_in / span, utilization=utilization,
+            num_preemptions=self.num_preemptions, recomputed_tokens=self.recomputed_tokens, window_s=span,
+        )
+
+
+def simulate(
+    problem: ServingProblem,
+    *,
+    num_requests: int = 4000,
+    warmup_requests: int = 400,
+    seed: int = 0,
+    step_time: StepTime | None = None,
+    kv_transfer_s: KvTransfer | None = None,
+    kv_capacity_tokens: int | None = None,
+) -> SimulationResult:
+    """Simulate ``num_requests`` requests through the deployment and measure them as a benchmark would.
+
+    Parameters
+    ----------
+    problem : ServingProblem
+        Model, engine, dtypes, deployment and workload (the ``slo`` is not used).
+    num_requests : int
+        Requests issued in all, warm-up included.
+    warmup_requests : int
+        The first requests issued, left out of every statistic (they see an empty system).
+    seed : int
+        Seed of the ``numpy.random.Generator`` drawing lengths and inter-arrival times; equal seeds give
+        identical results.
+    step_time : callable, optional
+        Iteration time [s] with the keywords of :func:`planner.costs.passes.mixed_step_latency_s`
+        (``decode_batch``, ``decode_context_tokens``, ``prefill_tokens``, ``prefill_cached_tokens``,
+        ``prefill_sequences``), used for every worker; default: that cost model, memoized on a grid.
+    kv_transfer_s : callable, optional
+        Disaggregated only: KV-transfer time [s] of a prompt of ``prompt_tokens`` tokens; default:
+        ``prompt_tokens × kv_cache_bytes_per_token / scale_out_bandwidth_bytes_per_s`` of the prefill GPU.
+    kv_capacity_tokens : int, optional
+        KV capacity of each (decode) worker [tokens]; default: ``memory_plan(...).kv_capacity_tokens``
+        with the context the longest input and output reach.
+
+    Returns
+    -------
+    SimulationResult
+
+    Raises
+    ------
+    ModelDoesNotFit
+        When the weights do not fit, or one worker's KV cache cannot hold the longest request.
+    InvalidInput
+        For a warm-up not shorter than the run, or an empty pool.
+    """
+    sim = _Simulation(problem, num_requests=num_requests, warmup_requests=warmup_requests, seed=seed,
+                      step_time=step_time, kv_transfer_s=kv_transfer_s, kv_capacity_tokens=kv_capacity_tokens)
+    sim.run()
+    return sim.result()
