@@ -42,7 +42,7 @@ MAX_LATENCY_S = 1e6
 
 WorkerCount = Annotated[int, Field(ge=1, le=MAX_WORKERS, description="Identical workers [workers]")]
 Concurrency = Annotated[
-    int, Field(ge=1, le=MAX_CONCURRENCY, description="Clients of a closed loop, each with one request in flight")
+    int, Field(ge=1, le=MAX_CONCURRENCY, description="Closed-loop clients, each with one request in flight")
 ]
 RatePerS = Annotated[
     float, Field(gt=0, le=MAX_RATE_PER_S, allow_inf_nan=False, description="An arrival rate [requests/s]")

@@ -115,8 +115,12 @@ class PoolIn(BaseModel):
     gpu: CatalogId
     parallelism: ParallelismIn = Field(default_factory=ParallelismIn)
     workers: WorkerCount = 1
-    max_batch_size: BatchSize | None = Field(None, description="Most sequences one iteration runs. Default: 256")
-    token_budget: Tokens | None = Field(None, description="Most tokens one iteration processes. Default: 8192")
+    max_batch_size: BatchSize | None = Field(
+        None, description="Most sequences one iteration runs. Default: 256"
+    )
+    token_budget: Tokens | None = Field(
+        None, description="Most tokens one iteration processes. Default: 8192"
+    )
 
 
 class KvTransferIn(BaseModel):
@@ -430,9 +434,13 @@ class EvaluateResponse(BaseModel):
     mean_decode_batch: FiniteFloat = Field(description="Mean running decode batch per (decode) worker")
     feasible: bool = Field(description="False when the offered load exceeds what the deployment serves")
     limiting_resource: str = Field(description="What saturates first as load grows")
-    kv_transfer: dict[str, FiniteFloat] | None = Field(description="KV-transfer figures; null when aggregated")
-    slo_attainment_fraction: FiniteFloat | None = Field(description="Share of requests meeting the SLO; "
-                                                        "null without slo")
-    goodput_requests_per_s: FiniteFloat | None = Field(description="Requests meeting the SLO per second; "
-                                                       "null without slo")
+    kv_transfer: dict[str, FiniteFloat] | None = Field(
+        description="KV-transfer figures; null when aggregated"
+    )
+    slo_attainment_fraction: FiniteFloat | None = Field(
+        description="Share of requests meeting the SLO; null without slo"
+    )
+    goodput_requests_per_s: FiniteFloat | None = Field(
+        description="Requests meeting the SLO per second; null without slo"
+    )
     warnings: list[str]

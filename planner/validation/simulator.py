@@ -34,9 +34,11 @@ the scheduler, so it is counted once in TTFT and in the end-to-end latency. A re
 Iteration times come from :func:`planner.costs.passes.mixed_step_latency_s`, memoized on a grid: the
 decode batch exact up to 16 then in ~5 % geometric buckets, the mean decode context, the chunk tokens
 and their token-weighted mean offset in ~5 % buckets (exact below 16.5), the number of chunks exact. A
-miss evaluates the whole row of batch buckets in one vectorized call. A run of decode-only iterations
-during which nothing can change (no completion, no admission, the same context bucket, KV room) is
-advanced in one event and cut short by any arrival, so light loads cost a few events per request.
+miss evaluates the whole row of batch buckets in one vectorized call (:class:`CostModelStepTime`; a
+caller's ``step_time`` is called with the exact values instead). A run of decode-only iterations during
+which nothing can change (no completion, no admission, KV room, the mean decode context in one bucket,
+whose value at the run's start is used throughout) is advanced in one event and cut short by any
+arrival, so light loads cost a few events per request.
 
 References: Kwon et al., "Efficient Memory Management for LLM Serving with PagedAttention" (vLLM, SOSP
 2023), Sec. 4.5 (scheduling and recompute preemption); Agrawal et al., "Sarathi-Serve" (OSDI 2024),
@@ -79,7 +81,7 @@ EXACT_BELOW = 16.5
 _LOG = math.log(BUCKET_RATIO)
 _INV_LOG = 1.0 / _LOG
 
-_ARRIVAL, _ITER_END, _PREFILL_END, _TRANSFER_END = 0, 1, 2, 3
+_NEXT_ARRIVAL, _ARRIVAL, _ITER_END, _PREFILL_END, _TRANSFER_END = 0, 1, 2, 3, 4
 METRICS = ("ttft_s", "e2e_s", "tpot_s", "itl_s")
 
 
@@ -105,7 +107,7 @@ class SimulationResult:
     tpot_s: FloatArray
     output_tokens: NDArray[np.int64]
     input_tokens: NDArray[np.int64]
-    #: exposed KV-transfer time of each request (zero when aggregated) [s]
+    #: KV-transfer time of each request, prefill end to TTFT (zero when aggregated) [s]
     kv_transfer_s: FloatArray
     #: every gap between consecutive tokens of the measured requests [s]
     itl_s: FloatArray
@@ -113,7 +115,8 @@ class SimulationResult:
     mean_decode_batch: float
     requests_per_s: float
     output_tokens_per_s: float
-    #: busy fraction in the window: "gpu" (aggregated) or "prefill_pool" and "decode_pool"
+    #: busy fraction of the workers in the window: "gpu" and "prefill_lane" (iterations carrying prefill
+    #: tokens) when aggregated; "prefill_pool" and "decode_pool" when disaggregated
     utilization: dict[str, float]
     #: preemptions over the whole run, and the prefill tokens recomputed because of them
     num_preemptions: int
@@ -157,41 +160,69 @@ def _bucket_upper_edge(x: float) -> float:
     return math.exp((int(math.log(x) * _INV_LOG + 0.5) + 0.5) * _LOG)
 
 
-class _CostModelStep:
-    """``mixed_step_latency_s`` memoized on the bucket grid; a miss fills the row of every batch bucket."""
+class CostModelStepTime:
+    """:func:`mixed_step_latency_s` of one worker, memoized on the bucket grid of the module docstring.
 
-    def __init__(self, ctx: CostContext, max_batch: int) -> None:
+    A miss costs the whole row of batch buckets in one vectorized call (~1 ms). Pass one instance as
+    ``step_time`` to several :func:`simulate` runs of the same worker to share its memo.
+    """
+
+    def __init__(self, ctx: CostContext, *, max_batch_size: int) -> None:
         self.ctx = ctx
-        keys = sorted({_bucket(b) for b in range(max_batch + 1)}, key=_bucket_value)
-        self.batch_values = np.array([_bucket_value(k) for k in keys])
+        self.max_batch_size = max_batch_size
+        keys = sorted({_bucket(b) for b in range(max_batch_size + 1)}, key=_bucket_value)
+        self._batch_values = np.array([_bucket_value(k) for k in keys])
         position = {k: i for i, k in enumerate(keys)}
-        self.batch_index = [position[_bucket(b)] for b in range(max_batch + 1)]
-        self.rows: dict[tuple[int, int, int, int], list[float]] = {}
+        self._batch_index = [position[_bucket(b)] for b in range(max_batch_size + 1)]
+        self._rows: dict[tuple[int, int, int, int], list[float]] = {}
 
-    def __call__(self, batch: int, context: float, tokens: int, offset: float, sequences: int) -> float:
+    def __call__(self, *, decode_batch: int, decode_context_tokens: float, prefill_tokens: int,
+                 prefill_cached_tokens: float = 0.0, prefill_sequences: int = 1) -> float:
+        """Iteration time [s], with the keywords of :func:`mixed_step_latency_s` (scalars)."""
+        return self.lookup(int(decode_batch), float(decode_context_tokens), int(prefill_tokens),
+                           float(prefill_cached_tokens), int(prefill_sequences))
+
+    def lookup(self, batch: int, context: float, tokens: int, offset: float, sequences: int) -> float:
         key = (_bucket(context) if batch else 0, _bucket(tokens), _bucket(offset) if tokens else 0,
                sequences if tokens else 0)
-        row = self.rows.get(key)
+        row = self._rows.get(key)
         if row is None:
             row = self._fill(key)
-        return row[self.batch_index[batch]]
+        return row[self._batch_index[batch]]
 
     def _fill(self, key: tuple[int, int, int, int]) -> list[float]:
         c, p, o, s = key
         first = 0 if p else 1  # an iteration with nothing to do is never costed
+        batch = self._batch_values[first:]
         times = mixed_step_latency_s(
-            self.ctx, decode_batch=self.batch_values[first:], decode_context_tokens=_bucket_value(c),
+            self.ctx, decode_batch=batch, decode_context_tokens=_bucket_value(c),
             prefill_tokens=_bucket_value(p), prefill_cached_tokens=_bucket_value(o), prefill_sequences=s,
         )
-        row = [float("nan")] * first + [float(t) for t in np.broadcast_to(times, self.batch_values[first:].shape)]
-        self.rows[key] = row
+        row = [float("nan")] * first + [float(t) for t in np.broadcast_to(times, batch.shape)]
+        self._rows[key] = row
         return row
+
+
+def _worker_step(step_time: StepTime | None, ctx: CostContext, max_batch: int
+                 ) -> Callable[[int, float, int, float, int], float]:
+    """The positional step-time function a worker calls: memoized cost model, or the caller's."""
+    if step_time is None:
+        return CostModelStepTime(ctx, max_batch_size=max_batch).lookup
+    if isinstance(step_time, CostModelStepTime):
+        if step_time.max_batch_size < max_batch:
+            raise InvalidInput(f"the step_time memo covers batches up to {step_time.max_batch_size}, the "
+                               f"deployment runs {max_batch}", field="step_time")
+        return step_time.lookup
+    return _injected_step(step_time)
 
 
 def _injected_step(step_time: StepTime) -> Callable[[int, float, int, float, int], float]:
     def step(batch: int, context: float, tokens: int, offset: float, sequences: int) -> float:
-        return float(step_time(decode_batch=batch, decode_context_tokens=context, prefill_tokens=tokens,
-                               prefill_cached_tokens=offset, prefill_sequences=sequences))
+        t = float(step_time(decode_batch=batch, decode_context_tokens=context, prefill_tokens=tokens,
+                            prefill_cached_tokens=offset, prefill_sequences=sequences))
+        if not (t > 0.0 and math.isfinite(t)):
+            raise InvalidInput(f"step_time must return a positive, finite time, got {t!r}", field="step_time")
+        return t
 
     return step
 
@@ -233,7 +264,7 @@ class _Worker:
 
     __slots__ = ("index", "chunked", "max_batch", "budget", "capacity", "step", "waiting", "running",
                  "pending", "num_decoding", "context_sum", "used", "next_decode", "finish_heap", "partial",
-                 "busy", "bulk", "epoch", "run")
+                 "busy", "bulk", "epoch", "run", "tokens")
 
     def __init__(self, index: int, *, chunked: bool, max_batch: int, budget: int, capacity: int,
                  step: Callable[[int, float, int, float, int], float]) -> None:
@@ -256,15 +287,15 @@ class _Worker:
         self.bulk = False  # the iteration in flight is a run of several decode-only iterations
         self.epoch = 0
         self.run: tuple[float, float, int, int, list[tuple[_Request, int]]] = (0.0, 0.0, 0, 0, [])
+        self.tokens = 0  # prefill tokens of the iteration in flight
 
 
 class _PrefillWorker:
-    __slots__ = ("index", "batch", "start")
+    __slots__ = ("index", "batch")
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.batch: list[_Request] = []
-        self.start = 0.0
+        self.batch: list[_Request] = []  # the prompts of the pass in flight
 
 
 # --------------------------------------------------------------------------------------------------
@@ -332,6 +363,7 @@ class _Simulation:
         self.rec_dur: list[float] = []
         self.rec_k: list[int] = []
         self.rec_b: list[int] = []
+        self.rec_p: list[int] = []
         typical = max(int(w.input_tokens.max + w.output_tokens.max), 1)
         longest = int(self.n_in.max() + self.n_out.max()) - 1 if num_requests else 1
         dep = problem.deployment
@@ -344,7 +376,7 @@ class _Simulation:
             ctx = _context(problem, dep.gpu, dep.parallelism)
             capacity = kv_capacity_tokens if kv_capacity_tokens is not None else _kv_capacity(ctx, typical, "replica")
             self._check_fits(capacity, longest, "replica")
-            step = _injected_step(step_time) if step_time is not None else _CostModelStep(ctx, dep.max_batch_size)
+            step = _worker_step(step_time, ctx, dep.max_batch_size)
             for i in range(dep.replicas):
                 self.workers.append(_Worker(i, chunked=dep.chunked_prefill, max_batch=dep.max_batch_size,
                                             budget=dep.token_budget, capacity=capacity, step=step))
@@ -364,11 +396,8 @@ class _Simulation:
             capacity = kv_capacity_tokens if kv_capacity_tokens is not None else _kv_capacity(dec_ctx, typical,
                                                                                               "decode pool")
             self._check_fits(capacity, longest, "decode worker")
-            if step_time is not None:
-                self.pre_step = self.dec_step = _injected_step(step_time)
-            else:
-                self.pre_step = _CostModelStep(pre_ctx, 0)
-                self.dec_step = _CostModelStep(dec_ctx, dec.max_batch_size)
+            self.pre_step = _worker_step(step_time, pre_ctx, 0)
+            self.dec_step = _worker_step(step_time, dec_ctx, dec.max_batch_size)
             self.pre_budget, self.pre_max_batch = pre.token_budget, pre.max_batch_size
             for i in range(pre.workers):
                 self.prefill_workers.append(_PrefillWorker(i))
@@ -406,35 +435,50 @@ class _Simulation:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, obj, epoch))
 
-    def _issue(self, client: int, now: float) -> None:
+    def _issue(self, client: int, now: float) -> _Request:
         rid = len(self.requests)
         r = _Request(rid, client, now, int(self.n_in[rid]), int(self.n_cached[rid]), int(self.n_out[rid]))
         self.requests.append(r)
-        if self.overhead_s > 0.0:
-            self._push(now + self.overhead_s, _ARRIVAL, r)
-        else:
-            self._arrive(r, now)
+        return r
 
-    def _arrive(self, r: _Request, now: float) -> None:
+    def _issue_and_enter(self, client: int, now: float) -> None:
+        r = self._issue(client, now)
+        if self.overhead_s > 0.0:
+            self._push(now + self.overhead_s, _ARRIVAL, [r])
+        else:
+            self._enter([r], now)
+
+    def _enter(self, reqs: list[_Request], now: float) -> None:
+        """Requests reach the scheduler (after the front end): queue them, then wake what must run."""
         if self.disaggregated:
-            self.prefill_queue.append(r)
-            if self.idle_prefill:
+            self.prefill_queue.extend(reqs)
+            while self.idle_prefill and self.prefill_queue:
                 self._dispatch_prefill(self.prefill_workers[heapq.heappop(self.idle_prefill)], now)
             return
-        w = self.workers[r.client % len(self.workers)]
-        w.waiting.append(r)
-        if not w.busy:
-            self._start(w, now)
-        elif w.bulk:
-            self._interrupt(w, now)
+        workers = self.workers
+        touched: list[_Worker] = []
+        for r in reqs:
+            w = workers[r.client % len(workers)]
+            w.waiting.append(r)
+            if w not in touched:
+                touched.append(w)
+        for w in touched:
+            if not w.busy:
+                self._start(w, now)
+            elif w.bulk:
+                self._interrupt(w, now)
 
     def run(self) -> None:
         if self.closed:
+            # every client's first request at t = 0, all seen by the first iteration
             concurrency = int(self.problem.workload.arrival.concurrency or 1)
-            for c in range(min(concurrency, self.num_requests)):
-                self._issue(c, 0.0)
+            burst = [self._issue(c, 0.0) for c in range(min(concurrency, self.num_requests))]
+            if self.overhead_s > 0.0:
+                self._push(self.overhead_s, _ARRIVAL, burst)
+            else:
+                self._enter(burst, 0.0)
         else:
-            self._push(self.arrival_times[0], -1, None)
+            self._push(self.arrival_times[0], _NEXT_ARRIVAL, None)
         heap = self.heap
         pop = heapq.heappop
         while heap:
@@ -443,16 +487,16 @@ class _Simulation:
                 if epoch == obj.epoch:
                     self._end(obj, t)
             elif kind == _ARRIVAL:
-                self._arrive(obj, t)
+                self._enter(obj, t)
             elif kind == _TRANSFER_END:
                 self._transfer_end(obj, t)
             elif kind == _PREFILL_END:
                 self._prefill_end(obj, t)
-            else:  # the next open-loop arrival
+            else:  # the next open-loop arrival; requests go to replicas round-robin
                 rid = len(self.requests)
-                self._issue(rid, t)
+                self._issue_and_enter(rid, t)
                 if rid + 1 < self.num_requests:
-                    self._push(self.arrival_times[rid + 1], -1, None)
+                    self._push(self.arrival_times[rid + 1], _NEXT_ARRIVAL, None)
 
     # ---- a continuous-batching worker --------------------------------------------------------------
 
@@ -498,7 +542,10 @@ class _Simulation:
             self.recomputed_tokens += r.target - r.n_cached
 
     def _start(self, w: _Worker, now: float) -> None:
-        """Plan and launch the next iteration (or a run of identical decode-only ones); idle if none."""
+        """Plan and launch the next iteration (or a run of identical decode-only ones); idle if none.
+
+        ``w.used`` counts, besides the KV held, the slots the iterations in flight will write.
+        """
         if w.pending:
             for r in w.pending:
                 w.running[r.rid] = r
@@ -508,10 +555,13 @@ class _Simulation:
         tokens = 0
         offset_sum = 0
         running, waiting = w.running, w.waiting
+        batch = 0
         if w.chunked:
             while w.num_decoding and w.used + w.num_decoding > w.capacity:
                 self._preempt(w)
-            left = w.budget - w.num_decoding
+            batch = w.num_decoding
+            w.used += batch
+            left = w.budget - batch
             p = w.partial
             if p is not None and left > 0:
                 n = min(p.target - p.done, left)
@@ -532,7 +582,7 @@ class _Simulation:
         else:
             while True:
                 if waiting and len(running) < w.max_batch and w.used + waiting[0].target <= w.capacity:
-                    while waiting and len(running) < w.max_batch:
+                    while waiting and len(running) < w.max_batch:  # a prefill-only iteration
                         r = waiting[0]
                         n = r.target - r.n_cached
                         if (chunks and tokens + n > w.budget) or w.used + r.target > w.capacity:
@@ -546,9 +596,10 @@ class _Simulation:
                     break
                 while w.num_decoding and w.used + w.num_decoding > w.capacity:
                     self._preempt(w)
-                if w.num_decoding:
+                if w.num_decoding:  # a decode-only iteration
+                    batch = w.num_decoding
+                    w.used += batch
                     break
-        batch = w.num_decoding if (w.chunked or not chunks) else 0
         if not batch and not chunks:
             w.busy = False
             return
@@ -558,24 +609,37 @@ class _Simulation:
             dur = w.step(batch, context, tokens, offset_sum / tokens, len(chunks))
         else:
             dur = w.step(batch, context, 0, 0.0, 0)
+            # nothing changes until the first completion, an arrival (which interrupts), the KV cache
+            # filling up or the mean context leaving its bucket
             fh = w.finish_heap
             while fh[0][2] != fh[0][3].epoch:
                 heapq.heappop(fh)
-            k = min(fh[0][0] - w.next_decode + 1, (w.capacity - w.used) // batch,
+            k = min(fh[0][0] - w.next_decode + 1, 1 + (w.capacity - w.used) // batch,
                     math.ceil(_bucket_upper_edge(context) - context))
-            k = max(k, 1)
+            if k > 1 and not (self.disaggregated and self.decode_queue):
+                w.used += batch * (k - 1)
+            else:
+                k = 1
         w.busy = True
         w.bulk = k > 1
         w.run = (now, dur, k, batch, chunks)
+        w.tokens = tokens
         self._push(now + k * dur, _ITER_END, w, w.epoch)
+
+    @staticmethod
+    def _iterations_by(w: _Worker, now: float) -> int:
+        """Iterations of the run in flight that will have ended once the one running at ``now`` ends."""
+        start, dur, k, _, _ = w.run
+        return min(k, int((now - start) / dur) + 1)
 
     def _interrupt(self, w: _Worker, now: float) -> None:
         """Something arrived during a run of decode-only iterations: stop it after the one in flight."""
         start, dur, k, batch, chunks = w.run
         w.bulk = False
-        k_new = min(k, int((now - start) / dur) + 1)
+        k_new = self._iterations_by(w, now)
         if k_new < k:
             w.epoch += 1
+            w.used -= batch * (k - k_new)
             w.run = (start, dur, k_new, batch, chunks)
             self._push(max(start + k_new * dur, now), _ITER_END, w, w.epoch)
 
@@ -587,10 +651,10 @@ class _Simulation:
         self.rec_dur.append(dur)
         self.rec_k.append(k)
         self.rec_b.append(batch)
+        self.rec_p.append(w.tokens)
         finished: list[_Request] = []
         if batch:
             w.next_decode += k
-            w.used += batch * k
             w.context_sum += batch * k
             fh = w.finish_heap
             last = w.next_decode
@@ -634,7 +698,7 @@ class _Simulation:
     def _finish(self, r: _Request, now: float) -> None:
         r.finish_s = now
         if self.closed and len(self.requests) < self.num_requests:
-            self._issue(r.client, now)
+            self._issue_and_enter(r.client, now)
 
     # ---- disaggregated pools -----------------------------------------------------------------------
 
@@ -653,13 +717,13 @@ class _Simulation:
             tokens += n
             offset_sum += n * r.n_cached
         pw.batch = batch
-        pw.start = now
         dur = self.pre_step(0, 0.0, tokens, offset_sum / tokens, len(batch))
         self.rec_worker.append(pw.index)
         self.rec_start.append(now)
         self.rec_dur.append(dur)
         self.rec_k.append(1)
         self.rec_b.append(0)
+        self.rec_p.append(tokens)
         self._push(now + dur, _PREFILL_END, pw)
 
     def _prefill_end(self, pw: _PrefillWorker, now: float) -> None:
@@ -675,7 +739,6 @@ class _Simulation:
     def _transfer_end(self, r: _Request, now: float) -> None:
         r.first_token_s = now
         r.emitted = 1
-        r.target = r.n_in + 1
         r.segments.append([now, -1, 0, -1])
         if r.n_out <= 1:
             self._finish(r, now)
@@ -693,9 +756,17 @@ class _Simulation:
                 if w.waiting:
                     continue
                 n = len(w.running) + len(w.pending)
-                if n < w.max_batch and w.used + r.n_in <= w.capacity and (best is None or n < best_n):
+                used = w.used
+                if w.bulk:  # slots a run in flight reserved beyond the iteration an arrival would cut it to
+                    used -= w.run[3] * (w.run[2] - self._iterations_by(w, now))
+                if n < w.max_batch and used + r.n_in <= w.capacity and (best is None or n < best_n):
                     best, best_n = w, n
             if best is None:
+                # someone waits for room: decode workers go iteration by iteration (their iteration ends
+                # are when room can appear) until the queue drains
+                for w in self.workers:
+                    if w.bulk:
+                        self._interrupt(w, now)
                 return
             q.popleft()
             best.pending.append(r)
@@ -776,6 +847,9 @@ class _Simulation:
         for pool, members in self.pools.items():
             in_pool = np.isin(rec_w, members)
             utilization[pool] = float(np.sum(busy[in_pool]) / (span * len(members)))
+        if not self.disaggregated:
+            rec_p = np.asarray(self.rec_p, dtype=np.int64)
+            utilization["prefill_lane"] = float(np.sum(busy[rec_p > 0]) / (span * len(self.workers)))
         return SimulationResult(
             arrival_s=issue, ttft_s=first - issue, e2e_s=finish - issue, tpot_s=tpot, output_tokens=n_out,
             input_tokens=np.array([r.n_in for r in measured], dtype=np.int64),
@@ -811,7 +885,8 @@ def simulate(
     step_time : callable, optional
         Iteration time [s] with the keywords of :func:`planner.costs.passes.mixed_step_latency_s`
         (``decode_batch``, ``decode_context_tokens``, ``prefill_tokens``, ``prefill_cached_tokens``,
-        ``prefill_sequences``), used for every worker; default: that cost model, memoized on a grid.
+        ``prefill_sequences``), used for every worker; default: that cost model of each pool, memoized
+        on a grid (a :class:`CostModelStepTime` passed here shares its memo across runs).
     kv_transfer_s : callable, optional
         Disaggregated only: KV-transfer time [s] of a prompt of ``prompt_tokens`` tokens; default:
         ``prompt_tokens × kv_cache_bytes_per_token / scale_out_bandwidth_bytes_per_s`` of the prefill GPU.

@@ -110,7 +110,8 @@ def _enumerated_pairs(q: int, cached: int, window: int = 0) -> int:
 
 
 @PROPERTY
-@given(q=st.integers(1, 3000), cached=st.integers(0, 3000), heads=st.integers(1, 128), batch=st.integers(1, 8))
+@given(q=st.integers(1, 3000), cached=st.integers(0, 3000), heads=st.integers(1, 128),
+       batch=st.integers(1, 8))
 def test_attention_flops_count_every_causal_pair(q, cached, heads, batch):
     # QKᵀ and PV are 2·d_qk and 2·d_v FLOPs per (query, key) pair and head (DeepSeek-V3 MLA: 192 and 128)
     flops = K.attention_flops(batch_size=batch, q_tokens=q, cached_tokens=cached, num_heads=heads,
@@ -168,8 +169,9 @@ def test_attention_is_never_faster_than_its_roofline(gpu, batch, q, cached, head
        block_s=st.sampled_from([0.0, 1e-6, 4e-6]), blocks_per=st.sampled_from(["kv_head", "head"]))
 def test_decode_attention_is_monotone_in_context_and_batch(gpu, batch, context, more, block_s, blocks_per):
     def t(b: int, c: int) -> float:
-        return float(K.decode_attention_time_s(gpu, batch_size=b, context_tokens=c, num_heads=64, num_kv_heads=8,
-                                               head_dim=128, block_s=block_s, blocks_per=blocks_per))
+        return float(K.decode_attention_time_s(gpu, batch_size=b, context_tokens=c, num_heads=64,
+                                               num_kv_heads=8, head_dim=128, block_s=block_s,
+                                               blocks_per=blocks_per))
 
     assert t(batch, context + more) >= t(batch, context)
     assert t(batch + more, context) >= t(batch, context)
@@ -244,7 +246,7 @@ def test_moe_time_is_monotone_in_tokens(gpu, tokens, extra, shape, ep):
 
     def t(n: int) -> float:
         return float(K.moe_time_s(gpu, num_tokens=n, hidden_size=hidden, intermediate_size=inter,
-                                  experts_per_token=top_k, num_experts=experts, moe_ep=ep if ep <= experts else 1))
+                                  experts_per_token=top_k, num_experts=experts, moe_ep=min(ep, experts)))
 
     assert t(tokens + extra) >= t(tokens) > 0.0
 

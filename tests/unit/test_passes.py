@@ -15,7 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.costs import CostContext, Parallelism, decode_cost, decode_latency_s, prefill_cost, prefill_latency_s
+from planner.costs import (
+    CostContext,
+    Parallelism,
+    decode_cost,
+    decode_latency_s,
+    prefill_cost,
+    prefill_latency_s,
+)
 from planner.costs.passes import fuse_siblings
 from planner.engines import find_engine
 from planner.hardware import load_catalog
@@ -25,7 +32,8 @@ GPUS = load_catalog()
 MODELS = load_model_catalog()
 PROPERTY = settings(max_examples=40, deadline=None, database=None)
 BOUNDS = {"compute", "memory", "communication", "overhead"}
-LLAMA_8B, LLAMA_70B, DEEPSEEK_V3 = "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B", "deepseek-ai/DeepSeek-V3"
+LLAMA_8B, LLAMA_70B = "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B"
+DEEPSEEK_V3 = "deepseek-ai/DeepSeek-V3"
 
 
 def context(model: str, gpu: str = "h100-sxm", *, weight_dtype: str = "bf16", engine: str = "vllm",
@@ -83,15 +91,16 @@ def test_breakdown_adds_up_and_is_labelled(ctx, decode, batch, tokens):
     for op in cost.breakdown:
         assert op.bound in BOUNDS, op.name
         assert op.time_s >= 0 and op.flops >= 0 and op.bytes_moved >= 0, op.name
-        # achieved over peak: the fitted fractions are < 1, so 5 % covers only rounding of the two legs
+        # achieved over datasheet peak is physically <= 1; 5 % of slack for operators whose reported bytes
+        # differ slightly from the ones they are timed on (MLA decode streams 544 of its 576 latent elements)
         assert 0.0 <= op.mfu <= 1.05 and 0.0 <= op.mbu <= 1.05, (op.name, op.mfu, op.mbu)
 
 
 MLA_CACHED_CELLS = pytest.mark.xfail(
     strict=True,
-    reason="MLA prefill adds the attn.kv_b.cached GEMM when ANY cell has cached_tokens > 0, and charges it to "
-    "every cell: DeepSeek-V3 fp8 tp8 on h200-sxm, prompt 1 with cached 0 costs 10.926 ms next to a cell "
-    "(4096, cached 2048) but 10.511 ms alone (dp8·ep8: 15.367 vs 14.727 ms)",
+    reason="MLA prefill adds the attn.kv_b.cached GEMM when ANY cell has cached_tokens > 0, and charges "
+    "it to every cell: DeepSeek-V3 fp8 tp8 on h200-sxm, prompt 1 with cached 0 costs 10.926 ms next to a "
+    "cell (4096, cached 2048) but 10.511 ms alone (dp8·ep8: 15.367 vs 14.727 ms)",
 )
 GRID_PROMPT, GRID_BATCH = np.meshgrid([1, 127, 128, 129, 1000, 4096], [1, 3, 8])
 
@@ -104,8 +113,8 @@ def test_vectorized_prefill_equals_the_scalar_cost(name):
     cached = GRID_PROMPT // 2  # includes cells without a cached prefix (prompt 1)
     vector = prefill_latency_s(ctx, prompt_tokens=GRID_PROMPT, batch_size=GRID_BATCH, cached_tokens=cached)
     scalar = np.vectorize(lambda p, b, c: prefill_cost(ctx, prompt_tokens=int(p), batch_size=int(b),
-                                                       cached_tokens=int(c)).latency_s)(GRID_PROMPT, GRID_BATCH, cached)
-    np.testing.assert_allclose(vector, scalar, rtol=1e-12)
+                                                       cached_tokens=int(c)).latency_s)
+    np.testing.assert_allclose(vector, scalar(GRID_PROMPT, GRID_BATCH, cached), rtol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(CONTEXTS))
@@ -137,7 +146,7 @@ def test_every_catalog_gpu_gives_finite_positive_latencies(gpu):
     strict=True,
     reason="prefill attention's wave quantization (see test_kernels.py): Llama-3.1-70B tp4 on h100-sxm, "
     "batch 1, 4096 -> 4097 prompt tokens: 255.144 -> 254.826 ms; every model has such steps at multiples "
-    "of 128 tokens (up to -1.6 %: Mixtral-8x7B tp2 on mi300x, 128 -> 129)",
+    "of 128 tokens (up to -1.6 %: Mixtral-8x7B tp2 on mi300x, trtllm profile, 128 -> 129)",
 )
 def test_one_more_prompt_token_never_costs_less():
     ctx = CONTEXTS["llama70b-tp4-h100"]
@@ -185,7 +194,7 @@ def test_a_cached_prefix_costs_less_than_recomputing_it_but_more_than_no_prefix(
     chunk = float(prefill_latency_s(ctx, prompt_tokens=prompt, cached_tokens=cached))
     alone = float(prefill_latency_s(ctx, prompt_tokens=prompt - cached))
     assert alone < chunk  # the new queries attend to the cached keys
-    if cached >= prompt / 4:  # smaller prefixes: see test_a_short_cached_prefix_costs_less_than_recomputing_it
+    if cached >= prompt / 4:  # shorter prefixes: test_a_short_cached_prefix_costs_less_than_recomputing_it
         assert chunk < whole
 
 
@@ -193,7 +202,8 @@ def test_a_cached_prefix_costs_less_than_recomputing_it_but_more_than_no_prefix(
     strict=True,
     reason="prefill attention spreads its FLOPs evenly over its 128-query blocks, so dropping the cheapest "
     "block (the cached one) is predicted to slow the rest: Qwen3-30B-A3B on mi300x (sglang), 2304-token "
-    "prompt: 45.566 ms with 128 tokens cached against 45.553 ms recomputing them (attention 4.715 vs 4.497 ms)",
+    "prompt: 45.566 ms with 128 tokens cached against 45.553 ms recomputing them (attention 4.715 vs "
+    "4.497 ms)",
 )
 def test_a_short_cached_prefix_costs_less_than_recomputing_it():
     ctx = CONTEXTS["qwen3-30b-a3b-mi300x-sglang"]
@@ -213,7 +223,9 @@ def test_a_cached_prefix_adds_exactly_its_attention_pairs():
 
     chunk = prefill_cost(ctx, prompt_tokens=q + c, cached_tokens=c)
     alone = prefill_cost(ctx, prompt_tokens=q)
-    assert attention_flops(chunk) - attention_flops(alone) == pytest.approx(32 * 32 * 2 * 256 * q * c, rel=1e-12)
+    prefix_pairs = q * c
+    assert attention_flops(chunk) - attention_flops(alone) == pytest.approx(32 * 32 * 2 * 256 * prefix_pairs,
+                                                                            rel=1e-12)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -274,7 +286,7 @@ def test_a_decode_step_reads_every_weight_it_multiplies(model, tp):
     strict=True,
     reason="the LM head stays bf16 in fp8 checkpoints (memory plan: 2 B) but the pass streams it at the "
     "weight dtype: Llama-3.1-70B fp8 tp4 decode reads 262,748,800 B for lm_head instead of 525,336,576 B, "
-    "so the step moves 17.41 GB < 17.64 GB of weights it multiplies",
+    "so the step moves 17.40 GB < 17.64 GB of weights it multiplies",
 )
 def test_an_fp8_decode_step_reads_the_16_bit_lm_head_in_full():
     ctx = context(LLAMA_70B, weight_dtype="fp8", tp=4)
@@ -287,7 +299,8 @@ def test_an_fp8_decode_step_reads_the_16_bit_lm_head_in_full():
 def test_tensor_parallelism_splits_the_weight_traffic():
     def weight_traffic(tp: int) -> float:
         cost = decode_cost(context(LLAMA_8B, tp=tp), batch_size=1, context_tokens=1)
-        return sum(op.bytes_moved for op in cost.breakdown if op.name.startswith(("attn.", "mlp.", "lm_head")))
+        weights = ("attn.", "mlp.", "lm_head")
+        return sum(op.bytes_moved for op in cost.breakdown if op.name.startswith(weights))
 
     one = weight_traffic(1)
     for tp in (2, 4, 8):
@@ -327,7 +340,8 @@ def test_qkv_and_gate_up_fuse_into_one_gemm_each():
     model = MODELS.get(LLAMA_70B)
     group = model.layer_groups[0]
     attention = fuse_siblings(model.attention_linears(group))
-    assert [(lin.name, lin.out_features) for lin in attention] == [("q+k+v", 64 * 128 + 2 * 8 * 128), ("o", 8192)]
+    assert [(lin.name, lin.out_features) for lin in attention] == [("q+k+v", 64 * 128 + 2 * 8 * 128),
+                                                                   ("o", 8192)]
     mlp = fuse_siblings(model.ffn_linears(group))
     assert [(lin.name, lin.out_features) for lin in mlp] == [("gate+up", 2 * 28672), ("down", 8192)]
     names = {op.name for op in prefill_cost(CONTEXTS["llama70b-tp4-h100"], prompt_tokens=64).breakdown}
@@ -336,11 +350,12 @@ def test_qkv_and_gate_up_fuse_into_one_gemm_each():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="fuse_siblings merges only neighbours, and attention_linears lists MLA as q_a, q_b, kv_a, ...: the "
-    "two replicated down-projections that read the hidden state (vLLM's fused_qkv_a_proj, 1536 + 576 "
+    reason="fuse_siblings merges only neighbours, and attention_linears lists MLA as q_a, q_b, kv_a, ...: "
+    "the two replicated down-projections that read the hidden state (vLLM's fused_qkv_a_proj, 1536 + 576 "
     "outputs for DeepSeek-V3) stay two GEMMs, contrary to fuse_siblings' docstring",
 )
 def test_mla_down_projections_fuse_into_one_gemm():
     model = MODELS.get(DEEPSEEK_V3)
-    fused = {lin.name: lin.out_features for lin in fuse_siblings(model.attention_linears(model.layer_groups[0]))}
+    linears = model.attention_linears(model.layer_groups[0])
+    fused = {lin.name: lin.out_features for lin in fuse_siblings(linears)}
     assert fused.get("q_a+kv_a") == 1536 + 512 + 64

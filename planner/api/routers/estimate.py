@@ -65,7 +65,9 @@ def resolve_engine(engine_id: str, catalogs: Catalogs) -> EngineProfile:
     return catalogs.engines[engine_id]
 
 
-def resolve_dtypes(arch: ModelArchitecture, weight_dtype: str | None, kv_dtype: str | None) -> tuple[str, str]:
+def resolve_dtypes(
+    arch: ModelArchitecture, weight_dtype: str | None, kv_dtype: str | None
+) -> tuple[str, str]:
     """(weight, KV) dtypes: the weights default to the checkpoint's native dtype (else bf16), the KV
     cache follows the weights (``ModelArchitecture.default_kv_dtype``)."""
     weights = weight_dtype or arch.native_weight_dtype or "bf16"

@@ -91,8 +91,8 @@ def _check_count(field: str, count: int) -> None:
         raise RequestTooLarge(
             f"{field} has {count} entries; the limit is {MAX_SAMPLES}: bin them into a histogram",
             field=field,
-            size=count,
-            limit=MAX_SAMPLES,
+            num_entries=count,
+            max_entries=MAX_SAMPLES,
         )
 
 
@@ -100,9 +100,12 @@ def _lengths(spec: LengthsIn, field: str) -> LengthDistribution:
     if isinstance(spec, int):
         return _at(field, lambda: fixed_length(spec))
     if isinstance(spec, LognormalLengthsIn):
-        return _at(field, lambda: lognormal_lengths(
-            mean=spec.mean, median=spec.median, p90=spec.p90, max_tokens=MAX_TOKENS
-        ))
+        return _at(
+            field,
+            lambda: lognormal_lengths(
+                mean=spec.mean, median=spec.median, p90=spec.p90, max_tokens=MAX_TOKENS
+            ),
+        )
     if isinstance(spec, SampledLengthsIn):
         _check_count(f"{field}.samples", len(spec.samples))
         return _at(field, lambda: sampled_lengths(spec.samples))
@@ -117,12 +120,15 @@ def build_workload(body: WorkloadIn) -> Workload:
     input_tokens = _lengths(body.input_tokens, "workload.input_tokens")
     output_tokens = _lengths(body.output_tokens, "workload.output_tokens")
     arrival = _at("workload", lambda: Arrival(**body.arrival.model_dump()))
-    return _at("workload", lambda: Workload(
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        arrival=arrival,
-        prefix_cache_hit_fraction=body.prefix_cache_hit_fraction,
-    ))
+    return _at(
+        "workload",
+        lambda: Workload(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            arrival=arrival,
+            prefix_cache_hit_fraction=body.prefix_cache_hit_fraction,
+        ),
+    )
 
 
 def _parallelism(body: ParallelismIn) -> Parallelism:
@@ -145,7 +151,9 @@ def _default_budget(body: AggregatedDeploymentIn, workload: Workload, notes: lis
 
 
 def build_deployment(
-    body: AggregatedDeploymentIn | DisaggregatedDeploymentIn, catalogs: Catalogs, workload: Workload,
+    body: AggregatedDeploymentIn | DisaggregatedDeploymentIn,
+    catalogs: Catalogs,
+    workload: Workload,
     notes: list[str],
 ) -> AggregatedDeployment | DisaggregatedDeployment:
     """The core's deployment, with the engine's scheduler defaults filled in (explained in ``notes``)."""
@@ -169,7 +177,9 @@ def build_deployment(
         )
 
     return DisaggregatedDeployment(
-        prefill=pool(body.prefill, "prefill"), decode=pool(body.decode, "decode"), kv_link=body.kv_transfer.link
+        prefill=pool(body.prefill, "prefill"),
+        decode=pool(body.decode, "decode"),
+        kv_link=body.kv_transfer.link,
     )
 
 
@@ -182,8 +192,9 @@ def _scheduler_defaults_note(body: EvaluateRequest) -> list[str]:
     if all(s.max_batch_size is not None and s.token_budget is not None for s in specs):
         return []
     return [
-        f"{body.engine}: omitted max_batch_size / token_budget take vLLM's defaults ({DEFAULT_MAX_BATCH_SIZE} "
-        f"sequences, {DEFAULT_TOKEN_BUDGET} tokens); give them to match the engine's launch flags"
+        f"{body.engine}: omitted max_batch_size / token_budget take vLLM's defaults "
+        f"({DEFAULT_MAX_BATCH_SIZE} sequences, {DEFAULT_TOKEN_BUDGET} tokens); give them to match the "
+        "engine's launch flags"
     ]
 
 

@@ -1,0 +1,250 @@
+"""Time the cost model and the HTTP service in-process: scalar passes, vectorized grids, API requests.
+
+Usage::
+
+    PYTHONPATH=. .venv/bin/python scripts/benchmark.py            # print the results
+    PYTHONPATH=. .venv/bin/python scripts/benchmark.py --write    # also rewrite docs/benchmarks.md
+
+Every figure is a set of ``time.perf_counter`` timings after a warm-up, summarized by its median and 90th
+percentile. Nothing here is pass/fail: the numbers describe the machine they ran on, which is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from planner.costs import (  # noqa: E402
+    CostContext,
+    Parallelism,
+    decode_cost,
+    decode_latency_s,
+    prefill_cost,
+    prefill_latency_s,
+)
+from planner.engines import find_engine  # noqa: E402
+from planner.hardware import load_catalog  # noqa: E402
+from planner.models import load_model_catalog  # noqa: E402
+
+DOC = ROOT / "docs" / "benchmarks.md"
+COMMAND = "PYTHONPATH=. .venv/bin/python scripts/benchmark.py --write"
+GRID_SIDE = 100  # 100 × 100 = 10,000 scenarios per vectorized call
+API_REQUESTS = 200
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deployment:
+    label: str
+    model: str
+    gpu: str
+    weight_dtype: str
+    parallelism: Parallelism
+
+
+DEPLOYMENTS = (
+    Deployment(label="Llama-3.1-70B bf16, tp4 × h100-sxm", model="meta-llama/Llama-3.1-70B", gpu="h100-sxm",
+               weight_dtype="bf16", parallelism=Parallelism(tp=4)),
+    Deployment(label="DeepSeek-V3 fp8, tp8 × h200-sxm", model="deepseek-ai/DeepSeek-V3", gpu="h200-sxm",
+               weight_dtype="fp8", parallelism=Parallelism(tp=8)),
+)
+PROMPT_TOKENS, DECODE_BATCH, CONTEXT_TOKENS = 4096, 32, 4096
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    """One benchmark: what was timed, how often, and the median and p90 of one call [s]."""
+
+    name: str
+    calls: int
+    median_s: float
+    p90_s: float
+    #: work items one call covers (scenarios of a grid, 1 for a single pass or request), and their name
+    items_per_call: int = 1
+    unit: str = "calls/s"
+
+    @property
+    def items_per_s(self) -> float:
+        return self.items_per_call / self.median_s
+
+
+def time_calls(call: Callable[[], object], *, repeats: int, warmup: int = 3) -> np.ndarray:
+    """Wall time of ``repeats`` calls of ``call`` after ``warmup`` untimed ones [s]."""
+    for _ in range(warmup):
+        call()
+    out = np.empty(repeats)
+    for i in range(repeats):
+        start = time.perf_counter()
+        call()
+        out[i] = time.perf_counter() - start
+    return out
+
+
+def summarize(name: str, timings: np.ndarray, items_per_call: int = 1, unit: str = "calls/s") -> Result:
+    return Result(name=name, calls=timings.size, median_s=float(np.median(timings)),
+                  p90_s=float(np.percentile(timings, 90.0)), items_per_call=items_per_call, unit=unit)
+
+
+def _context(d: Deployment) -> CostContext:
+    return CostContext(model=load_model_catalog().get(d.model), gpu=load_catalog()[d.gpu],
+                       engine=find_engine("vllm"), weight_dtype=d.weight_dtype,
+                       kv_dtype="fp8" if d.weight_dtype == "fp8" else "bf16", parallelism=d.parallelism)
+
+
+def core_benchmarks(repeats: int) -> list[Result]:
+    """(a) scalar passes with their breakdown, (b) vectorized latencies over 10,000-point grids."""
+    results = []
+    prompt, batch = np.meshgrid(np.linspace(1, 32_768, GRID_SIDE).round(), np.arange(1, GRID_SIDE + 1))
+    for d in DEPLOYMENTS:
+        ctx = _context(d)
+        scalar = {
+            f"prefill_cost · {d.label} · {PROMPT_TOKENS} tokens":
+                lambda ctx=ctx: prefill_cost(ctx, prompt_tokens=PROMPT_TOKENS),
+            f"decode_cost · {d.label} · batch {DECODE_BATCH} × {CONTEXT_TOKENS}":
+                lambda ctx=ctx: decode_cost(ctx, batch_size=DECODE_BATCH, context_tokens=CONTEXT_TOKENS),
+        }
+        for name, call in scalar.items():
+            results.append(summarize(name, time_calls(call, repeats=repeats)))
+        grids = {
+            f"prefill_latency_s · {d.label} · prompt 1-32768 × batch 1-100":
+                lambda ctx=ctx: prefill_latency_s(ctx, prompt_tokens=prompt, batch_size=batch),
+            f"decode_latency_s · {d.label} · context 1-32768 × batch 1-100":
+                lambda ctx=ctx: decode_latency_s(ctx, batch_size=batch, context_tokens=prompt),
+        }
+        for name, call in grids.items():
+            timings = time_calls(call, repeats=max(5, repeats // 10))
+            results.append(summarize(name, timings, items_per_call=prompt.size, unit="scenarios/s"))
+    return results
+
+
+async def _api_benchmarks(requests: int) -> list[Result]:
+    import httpx
+
+    from planner.api import create_app
+    from planner.api.settings import Settings
+
+    app = create_app(Settings(hardware_dir=None))
+    base = {"model": "meta-llama/Llama-3.1-70B", "gpu": "h100-sxm", "parallelism": {"tp": 4}}
+    bodies = {
+        "/v1/estimate/prefill": base | {"prompt_tokens": PROMPT_TOKENS},
+        "/v1/estimate/decode": base | {"batch_size": DECODE_BATCH, "context_tokens": CONTEXT_TOKENS},
+    }
+    results = []
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://planner.bench") as client:
+        for path, body in bodies.items():
+            for _ in range(5):  # warm-up: catalogs load on first use
+                (await client.post(path, json=body)).raise_for_status()
+            timings = np.empty(requests)
+            for i in range(requests):
+                start = time.perf_counter()
+                response = await client.post(path, json=body)
+                timings[i] = time.perf_counter() - start
+                response.raise_for_status()
+            name = f"POST {path} · Llama-3.1-70B tp4 h100-sxm (httpx.ASGITransport)"
+            results.append(summarize(name, timings, unit="requests/s"))
+    return results
+
+
+def api_benchmarks(requests: int) -> list[Result]:
+    """(c) in-process requests through the ASGI app, one at a time."""
+    return asyncio.run(_api_benchmarks(requests))
+
+
+def machine() -> dict[str, str]:
+    cpu = platform.processor() or "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    versions = {name: metadata.version(name) for name in ("numpy", "scipy", "fastapi", "httpx")}
+    return {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "commit": _commit(),
+        "nproc": f"{usable} usable of {os.cpu_count()}",
+        "cpu": cpu,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        **versions,
+    }
+
+
+def _commit() -> str:
+    """The checkout's commit, marked when the working tree differs from it (read-only git calls)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{head} + uncommitted changes" if dirty else head
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+def render(results: Sequence[Result], info: dict[str, str], command: str) -> str:
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Generated by `{command}` (do not edit by hand). Wall time of single calls with "
+        "`time.perf_counter`, after a warm-up; median and 90th percentile over the calls. The figures "
+        "describe this machine on this day (possibly shared with other jobs): they are for comparing "
+        "changes on one machine, never a pass/fail criterion.",
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+        *(f"| {key} | {value} |" for key, value in info.items()),
+        "",
+        "## Results",
+        "",
+        f"Scalar calls build the per-operator breakdown and the memory plan; vectorized calls evaluate a "
+        f"{GRID_SIDE} × {GRID_SIDE} grid of scenarios in one numpy pass; API requests go through the whole "
+        "FastAPI stack (validation, catalogs, serialization) in-process, one at a time.",
+        "",
+        "| benchmark | calls | median ms | p90 ms | throughput |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        rate = f"{r.items_per_s:,.0f} {r.unit}"
+        lines.append(f"| {r.name} | {r.calls} | {_ms(r.median_s)} | {_ms(r.p90_s)} | {rate} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"rewrite {DOC.relative_to(ROOT)}")
+    parser.add_argument("--repeats", type=int, default=200, help="timed calls of each scalar benchmark")
+    parser.add_argument("--requests", type=int, default=API_REQUESTS, help="timed requests per endpoint")
+    args = parser.parse_args(argv)
+    results = core_benchmarks(args.repeats) + api_benchmarks(args.requests)
+    options = (("repeats", args.repeats, 200), ("requests", args.requests, API_REQUESTS))
+    extra = "".join(f" --{name} {value}" for name, value, default in options if value != default)
+    text = render(results, machine(), COMMAND + extra)
+    print(text)
+    if args.write:
+        DOC.write_text(text)
+        print(f"wrote {DOC}")
+
+
+if __name__ == "__main__":
+    main()
