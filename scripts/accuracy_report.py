@@ -6,8 +6,8 @@ Usage::
 
 Writes ``docs/accuracy.md`` (per source, per slice: n, median and p90 absolute relative error, PASS/MISS
 against the targets) and ``docs/accuracy_published_rows.csv`` (one line per published row: measured,
-predicted, error). The explanations section is copied from the hand-written ``docs/accuracy_notes.md``, and the
-serving section at the end from ``docs/accuracy_serving.md`` (written by ``scripts/serving_accuracy.py``).
+predicted, error). The explanations section is copied from the hand-written ``docs/accuracy_notes.md``, and
+the serving section at the end from ``docs/accuracy_serving.md`` (written by ``scripts/serving_accuracy.py``).
 The shared data directory defaults to ``$PLANNER_SHARED_DIR`` or the ``shared/`` sibling of the checkout.
 """
 

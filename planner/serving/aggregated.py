@@ -304,4 +304,14 @@ class AggregatedModel:
         pops = np.maximum.accumulate(st.rate_per_s * self.mean_e2e_s(st))
         if clients >= pops[-1]:
             return float(st.rate_per_s[-1])  # saturated: the extra clients queue
-        return float(np.interp(clients, pops, st.rate_per_s))
+        lam = float(np.interp(clients, pops, st.rate_per_s))
+        # polish the interpolated root with secant steps on N(λ) = λ·E[e2e](λ)
+        lo, hi = lam * 0.98, min(lam * 1.02, float(st.rate_per_s[-1]))
+        for _ in range(3):
+            pair = self.steady_state(np.array([lo, hi]), arrival_scv, scale)
+            n_lo, n_hi = np.array([lo, hi]) * self.mean_e2e_s(pair)
+            if n_hi == n_lo:
+                break
+            lam = float(np.clip(lo + (clients - n_lo) * (hi - lo) / (n_hi - n_lo), 0.0, float(st.rate_per_s[-1])))
+            lo, hi = lam * 0.999, min(lam * 1.001, float(st.rate_per_s[-1]))
+        return lam

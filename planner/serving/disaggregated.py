@@ -51,6 +51,10 @@ def choose_link(dep: DisaggregatedDeployment) -> KvLinkChoice:
     same_domain = (pre.gpu.id == dec.gpu.id and pre.parallelism.num_gpus * pre.workers
                    + dec.parallelism.num_gpus * dec.workers <= pre.gpu.scale_up_domain_size)
     link = dep.kv_link
+    caveat = ""
+    if link == "nvlink" and pre.gpu.id != dec.gpu.id:
+        caveat = (f"; caution: NVLink joins GPUs of one scale-up domain, which a {pre.gpu.id} and a {dec.gpu.id} "
+                  "pool do not share on any shipping system: costed as requested, at the slower side's bandwidth")
     if link == "auto":
         link = "nvlink" if same_domain else "rdma"
         why = ("both pools fit in one scale-up domain of the same GPU type" if same_domain else
@@ -58,11 +62,11 @@ def choose_link(dep: DisaggregatedDeployment) -> KvLinkChoice:
     else:
         why = "as requested"
     gpu = pre.gpu
-    per_gpu = {"nvlink": gpu.scale_up_bandwidth_bytes_per_s, "rdma": min(gpu.scale_out_bandwidth_bytes_per_s,
+    per_gpu = {"nvlink": min(gpu.scale_up_bandwidth_bytes_per_s, dec.gpu.scale_up_bandwidth_bytes_per_s), "rdma": min(gpu.scale_out_bandwidth_bytes_per_s,
                dec.gpu.scale_out_bandwidth_bytes_per_s), "pcie": min(gpu.pcie_bandwidth_bytes_per_s,
                dec.gpu.pcie_bandwidth_bytes_per_s)}[link]
     return KvLinkChoice(link=link, bandwidth_bytes_per_s=per_gpu * senders * gpu.efficiency.link_bandwidth_fraction,
-                        reason=f"{link}: {why}; {senders} GPU(s) send in parallel")
+                        reason=f"{link}: {why}; {senders} GPU(s) send in parallel{caveat}")
 
 
 def _pool_ctx(problem: ServingProblem, pool: PoolSpec) -> CostContext:

@@ -106,22 +106,37 @@ def evaluate(problem: ServingProblem) -> Evaluation:
     return _evaluate_disaggregated(problem)
 
 
+def active_replicas(problem: ServingProblem, replicas: int) -> int:
+    """Replicas that receive traffic: a closed loop of fewer clients than replicas keeps only as many busy."""
+    arr = problem.workload.arrival
+    if arr.kind == "closed_loop" and arr.concurrency is not None:
+        return max(1, min(replicas, int(arr.concurrency)))
+    return replicas
+
+
 def _operating_rate(model: AggregatedModel | DisaggregatedModel, problem: ServingProblem, replicas: int
-                    ) -> tuple[float, float, float, float]:
-    """(per-replica rate, arrival scv, queue-wait scale, extra closed-loop queueing when saturated [s])."""
+                    ) -> tuple[float, float, float, float, bool]:
+    """(per-replica served rate, arrival scv, queue-wait scale, extra closed-loop queueing when saturated [s],
+    overloaded?). An open loop offered more than the deployment sustains is evaluated at its saturation
+    rate (what it serves), and flagged."""
     arr = problem.workload.arrival
     if arr.kind == "closed_loop":
         clients = float(arr.concurrency) / replicas
-        # a closed loop's arrivals are smoother than Poisson: each client waits for its own completion
-        scv = 1.0 / (1.0 + clients) if clients > 0 else 1.0
+        # a closed loop's arrivals: a lone client's are deterministic, many clients' superpose towards
+        # Poisson (the superposition theorem, Palm–Khintchine): c_a² ≈ 1 − 1/N
+        scv = max(0.0, 1.0 - 1.0 / clients) if clients > 0 else 1.0
         lam = model.closed_loop_rate_per_s(clients, scv)
         scale = max(clients - 1.0, 0.0) / clients
         st = model.steady_state(np.array([lam]), scv, scale)
         e2e = float(model.mean_e2e_s(st)[0])
         extra = max(0.0, clients / lam - e2e) if lam > 0 else 0.0
-        return lam, scv, scale, extra if extra > 0.01 * e2e else 0.0
+        return lam, scv, scale, extra if extra > 0.01 * e2e else 0.0, False
     scv = arr.arrival_cv**2
-    return float(arr.rate_per_s) / replicas, scv, 1.0, 0.0
+    offered = float(arr.rate_per_s) / replicas
+    sat = model.saturation_rate_per_s(scv)
+    if offered > sat:
+        return sat, scv, 1.0, 0.0, True
+    return offered, scv, 1.0, 0.0, False
 
 
 def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
@@ -133,19 +148,20 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
             f"without chunked prefill the token budget ({dep.token_budget}) must hold the longest prompt "
             f"({int(w.input_tokens.max)} tokens), as vLLM requires", field="deployment.token_budget")
     model = AggregatedModel(problem)
-    replicas = dep.replicas
-    lam, scv, scale, extra = _operating_rate(model, problem, replicas)
+    replicas = active_replicas(problem, dep.replicas)
+    lam, scv, scale, extra, overloaded = _operating_rate(model, problem, replicas)
     saturated = extra > 0
     st: SteadyState = model.steady_state(np.array([lam]), scv, scale)
     i = 0
-    feasible = bool(st.stable[i])
+    feasible = bool(st.stable[i]) and not overloaded
     warnings: list[str] = []
     overhead = problem.engine.request_overhead_s
     wq = float(st.queue_wait_s[i]) + extra
     p_wait = float(min(st.prefill_utilization[i], 0.995)) if extra == 0 else 1.0
     if not feasible:
         warnings.append("the offered load exceeds what the deployment serves in steady state: queues grow "
-                        "without bound; latencies are lower bounds, evaluated at the stability limit")
+                        "without bound; throughput is what it serves at saturation and latencies are lower "
+                        "bounds, evaluated at the stability limit")
     if saturated:
         warnings.append(f"the closed loop saturates the deployment: {extra:.3g} s of each request's TTFT is "
                         "waiting for a batch slot or the prefill lane")
@@ -181,7 +197,10 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
                                         quantiles=QUANTILES)
     e2e_mean = ttft_mean + model.mean_decode_steps * itl_mean
     rps = lam * replicas
-    gpus = dep.parallelism.num_gpus * replicas
+    gpus = dep.parallelism.num_gpus * dep.replicas
+    if replicas < dep.replicas:
+        warnings.append(f"only {replicas} of {dep.replicas} replicas receive requests from {w.arrival.concurrency} "
+                        "closed-loop clients")
     out_tps = rps * w.output_tokens.mean
     kv_frac = float(st.batch[i]) * (w.input_tokens.mean + w.output_tokens.mean / 2.0) / max(
         model.plan.kv_capacity_tokens, 1)
@@ -207,10 +226,10 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
 def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     dep = problem.deployment
     model = DisaggregatedModel(problem)
-    lam, scv, scale, extra = _operating_rate(model, problem, 1)
+    lam, scv, scale, extra, overloaded = _operating_rate(model, problem, 1)
     saturated = extra > 0
     st: DisaggState = model.steady_state(np.array([lam]), scv, scale)
-    feasible = bool(st.stable[0])
+    feasible = bool(st.stable[0]) and not overloaded
     warnings: list[str] = []
     w = problem.workload
     in_w = model.in_weights
@@ -218,7 +237,8 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     wq = float(st.prefill_wait_s[0]) + extra
     if not feasible:
         warnings.append("the offered load exceeds what the pools serve in steady state: queues grow without "
-                        "bound; latencies are lower bounds, evaluated at the stability limit")
+                        "bound; throughput is what they serve at saturation and latencies are lower bounds, "
+                        "evaluated at the stability limit")
     if saturated:
         warnings.append(f"the closed loop saturates the deployment: {extra:.3g} s of each request's latency is queueing")
     p_wait = float(st.prefill_p_wait[0]) if extra == 0 else 1.0

@@ -106,7 +106,9 @@ class Evaluation:
     throughput_output_tokens_per_s: float
     throughput_output_tokens_per_s_per_gpu: float
     output_tokens_per_s_per_user: float
-    #: busy fraction of each resource: "gpu" (aggregated), "prefill_pool", "decode_pool", "kv_link"
+    #: busy fraction of each resource: aggregated "prefill_lane" (share of iterations carrying prefill),
+    #: "decode_batch" (mean batch / max batch) and "kv_cache"; disaggregated "prefill_pool", "decode_pool",
+    #: "kv_link"
     utilization: dict[str, float]
     #: mean running decode batch per worker (per decode worker when disaggregated)
     mean_decode_batch: float

@@ -7,8 +7,8 @@ score the same thing. Rows come from :func:`planner.validation.datasets.serving_
 How a row becomes a problem (every reading that is not literal in the CSV is listed here):
 
 - model: ``load_model_catalog().get(row["model"])``; engine: the ``backend`` column's profile;
-- weight dtype from ``gemm_quant_mode`` (else ``precision``): ``fp8*`` -> fp8, ``*fp4*`` -> fp4, empty -> bf16,
-  as in ``scripts/fit_engines.py``;
+- weight dtype from ``gemm_quant_mode`` (else ``precision``): ``fp8*`` -> fp8, ``*fp4*`` -> fp4, empty
+  -> bf16, as in ``scripts/fit_engines.py``;
 - KV dtype: **assumed** ``model.default_kv_dtype(weight)`` (fp8 KV with fp8 weights, bf16 otherwise).
   The CSV does not record the KV-cache dtype; vLLM's and SGLang's ``kv_cache_dtype="auto"`` keeps the
   activations' dtype (bf16) unless the checkpoint carries KV scales, so fp8 rows of those engines may have
@@ -158,8 +158,9 @@ def _parallelism(row: Mapping[str, Any], model: ModelArchitecture, prefix: str =
     moe_tp, moe_ep = row.get(f"{prefix}moe_tp_size"), row.get(f"{prefix}moe_ep_size")
     if model.is_moe and moe_tp and moe_ep and moe_tp * moe_ep != par.tp * par.dp:
         raise RowRefused(
-            f"{prefix}moe_tp_size × {prefix}moe_ep_size = {moe_tp} × {moe_ep} is not tp·dp = {par.tp}·{par.dp}: "
-            "an expert layout the planner cannot express (it spreads experts over tp·dp GPUs)")
+            f"{prefix}moe_tp_size × {prefix}moe_ep_size = {moe_tp} × {moe_ep} is not tp·dp = "
+            f"{par.tp}·{par.dp}: an expert layout the planner cannot express (it spreads experts over "
+            "tp·dp GPUs)")
     return par
 
 
@@ -232,7 +233,8 @@ def benchmark_problem(row: Mapping[str, Any], *, model: ModelArchitecture, gpu: 
     else:
         deployment = aggregated_deployment(row, model=model, gpu=gpu, chunked_prefill=chunked_prefill)
     return ServingProblem(model=model, engine=engines[backend], weight_dtype=weight,
-                          kv_dtype=model.default_kv_dtype(weight), deployment=deployment, workload=_workload(row))
+                          kv_dtype=model.default_kv_dtype(weight), deployment=deployment,
+                          workload=_workload(row))
 
 
 def _measured(row: Mapping[str, Any], metric: str) -> float:
@@ -257,7 +259,8 @@ def evaluate_row(row: Mapping[str, Any], *, models: ModelCatalog, gpu: GpuSpec,
     if not (np.isfinite(base["measured_ttft_s"]) and np.isfinite(base["measured_tpot_s"])):
         return BenchmarkResult(**base, refusal="RowRefused: no measured TTFT or TPOT")
     try:
-        problem = benchmark_problem(row, model=model, gpu=gpu, engines=engines, chunked_prefill=chunked_prefill)
+        problem = benchmark_problem(row, model=model, gpu=gpu, engines=engines,
+                                    chunked_prefill=chunked_prefill)
     except RowRefused as error:
         return BenchmarkResult(**base, refusal=f"RowRefused: {error}")
     except PlannerError as error:
@@ -320,7 +323,8 @@ DIMENSIONS: dict[str, Any] = {
     "model · backend · mode": lambda r: (r.model, r.backend, r.mode),
     "group · concurrency": lambda r: (group_of(r), f"c {concurrency_bucket(r.concurrency)}"),
     "group · ISL": lambda r: (group_of(r), f"isl {isl_bucket(r.isl)}"),
-    "backend · group · concurrency": lambda r: (r.backend, group_of(r), f"c {concurrency_bucket(r.concurrency)}"),
+    "backend · group · concurrency": lambda r: (r.backend, group_of(r),
+                                                f"c {concurrency_bucket(r.concurrency)}"),
     "backend · group · ISL": lambda r: (r.backend, group_of(r), f"isl {isl_bucket(r.isl)}"),
 }
 
@@ -330,7 +334,8 @@ def has_target(key: Sequence[Hashable]) -> bool:
     return "dense agg" in key or ("agg" in key and "dense" in key)
 
 
-def score(results: Sequence[BenchmarkResult], dimensions: Mapping[str, Any] | None = None) -> list[SliceScore]:
+def score(results: Sequence[BenchmarkResult],
+          dimensions: Mapping[str, Any] | None = None) -> list[SliceScore]:
     """One :class:`SliceScore` per slice of each dimension, keys in sorted order."""
     dims = DIMENSIONS if dimensions is None else dimensions
     out = []

@@ -31,11 +31,9 @@ occupy KV. ``engine.request_overhead_s`` (front end: HTTP, tokenization) delays 
 the scheduler, so it is counted once in TTFT and in the end-to-end latency. A request holds
 ``prompt + tokens decoded`` KV slots; each decode step writes one more.
 
-Iteration times come from :func:`planner.costs.passes.mixed_step_latency_s`, memoized on a grid: the
-decode batch exact up to 16 then in ~5 % geometric buckets, the mean decode context, the chunk tokens
-and their token-weighted mean offset in ~5 % buckets (exact below 16.5), the number of chunks exact. A
-miss evaluates the whole row of batch buckets in one vectorized call (:class:`CostModelStepTime`; a
-caller's ``step_time`` is called with the exact values instead). A run of decode-only iterations during
+Iteration times come from :func:`planner.costs.passes.mixed_step_latency_s`, memoized
+(:class:`CostModelStepTime`): token counts exact, the mean decode context and the chunks'
+token-weighted mean offset in ~5 % buckets; a caller's ``step_time`` is called with exact values. A run of decode-only iterations during
 which nothing can change (no completion, no admission, KV room, the mean decode context in one bucket,
 whose value at the run's start is used throughout) is advanced in one event and cut short by any
 arrival, so light loads cost a few events per request.
@@ -76,7 +74,7 @@ KvTransfer = Callable[[int], float]
 
 #: geometric bucket ratio of the step-time memo
 BUCKET_RATIO = 1.05
-#: values below this are memoized exactly (rounded to an integer)
+#: contexts and offsets below this are memoized exactly (rounded to an integer)
 EXACT_BELOW = 16.5
 _LOG = math.log(BUCKET_RATIO)
 _INV_LOG = 1.0 / _LOG
@@ -143,7 +141,8 @@ class SimulationResult:
 
 
 def _bucket(x: float) -> int:
-    """Memo key of a token count: itself below 16.5, else minus its nearest 5 % geometric index."""
+    """Memo key of a context or offset [tokens]: itself below 16.5, else minus its nearest 5 % geometric
+    index (so each bucket spans ±2.5 % around ``1.05**index``)."""
     if x < EXACT_BELOW:
         return int(x + 0.5)
     return -int(math.log(x) * _INV_LOG + 0.5)
@@ -161,20 +160,24 @@ def _bucket_upper_edge(x: float) -> float:
 
 
 class CostModelStepTime:
-    """:func:`mixed_step_latency_s` of one worker, memoized on the bucket grid of the module docstring.
+    """:func:`mixed_step_latency_s` of one worker, memoized.
 
-    A miss costs the whole row of batch buckets in one vectorized call (~1 ms). Pass one instance as
-    ``step_time`` to several :func:`simulate` runs of the same worker to share its memo.
+    Token counts are exact, because the cost model's tile and wave quantization make the step time a
+    staircase in them (a batch of 65 costs a GEMM tile more than one of 64); the mean decode context and
+    the chunks' mean offset, on which the time depends smoothly, are rounded to ~5 % buckets. A miss
+    fills a whole row in one vectorized call (~1 ms): every batch size up to ``max_batch_size`` for
+    the iteration's prefill shape, or, for a prefill-only iteration, every token count up to
+    ``token_budget``. Pass one instance as ``step_time`` to several :func:`simulate` runs of the same
+    worker to share its memo.
     """
 
-    def __init__(self, ctx: CostContext, *, max_batch_size: int) -> None:
+    def __init__(self, ctx: CostContext, *, max_batch_size: int, token_budget: int) -> None:
         self.ctx = ctx
         self.max_batch_size = max_batch_size
-        keys = sorted({_bucket(b) for b in range(max_batch_size + 1)}, key=_bucket_value)
-        self._batch_values = np.array([_bucket_value(k) for k in keys])
-        position = {k: i for i, k in enumerate(keys)}
-        self._batch_index = [position[_bucket(b)] for b in range(max_batch_size + 1)]
+        self.token_budget = token_budget
         self._rows: dict[tuple[int, int, int, int], list[float]] = {}
+        self._prefill_rows: dict[tuple[int, int], list[float]] = {}
+        self._long_prefills: dict[tuple[int, int, int], float] = {}
 
     def __call__(self, *, decode_batch: int, decode_context_tokens: float, prefill_tokens: int,
                  prefill_cached_tokens: float = 0.0, prefill_sequences: int = 1) -> float:
@@ -183,31 +186,54 @@ class CostModelStepTime:
                            float(prefill_cached_tokens), int(prefill_sequences))
 
     def lookup(self, batch: int, context: float, tokens: int, offset: float, sequences: int) -> float:
-        key = (_bucket(context) if batch else 0, _bucket(tokens), _bucket(offset) if tokens else 0,
-               sequences if tokens else 0)
-        row = self._rows.get(key)
-        if row is None:
-            row = self._fill(key)
-        return row[self._batch_index[batch]]
+        if batch:
+            key = (_bucket(context), tokens, _bucket(offset) if tokens else 0, sequences if tokens else 0)
+            row = self._rows.get(key)
+            if row is None:
+                row = self._fill_batch_row(key)
+            return row[batch]
+        o = _bucket(offset)
+        if tokens > self.token_budget:
+            t = self._long_prefills.get((tokens, o, sequences))
+            if t is None:
+                t = float(mixed_step_latency_s(self.ctx, decode_batch=0, decode_context_tokens=0.0,
+                                               prefill_tokens=tokens, prefill_cached_tokens=_bucket_value(o),
+                                               prefill_sequences=sequences))
+                self._long_prefills[(tokens, o, sequences)] = t
+            return t
+        prow = self._prefill_rows.get((o, sequences))
+        if prow is None:
+            prow = self._fill_prefill_row(o, sequences)
+        return prow[tokens]
 
-    def _fill(self, key: tuple[int, int, int, int]) -> list[float]:
+    def _fill_batch_row(self, key: tuple[int, int, int, int]) -> list[float]:
         c, p, o, s = key
-        first = 0 if p else 1  # an iteration with nothing to do is never costed
-        batch = self._batch_values[first:]
+        batch = np.arange(1, self.max_batch_size + 1, dtype=np.float64)
         times = mixed_step_latency_s(
-            self.ctx, decode_batch=batch, decode_context_tokens=_bucket_value(c),
-            prefill_tokens=_bucket_value(p), prefill_cached_tokens=_bucket_value(o), prefill_sequences=s,
+            self.ctx, decode_batch=batch, decode_context_tokens=_bucket_value(c), prefill_tokens=p,
+            prefill_cached_tokens=_bucket_value(o), prefill_sequences=s,
         )
-        row = [float("nan")] * first + [float(t) for t in np.broadcast_to(times, batch.shape)]
+        row = [math.nan] + [float(t) for t in np.broadcast_to(times, batch.shape)]
         self._rows[key] = row
         return row
 
+    def _fill_prefill_row(self, o: int, s: int) -> list[float]:
+        # only counts of at least one token per chunk are ever looked up
+        tokens = np.arange(max(s, 1), self.token_budget + 1, dtype=np.float64)
+        times = mixed_step_latency_s(
+            self.ctx, decode_batch=0, decode_context_tokens=0.0, prefill_tokens=tokens,
+            prefill_cached_tokens=_bucket_value(o), prefill_sequences=s,
+        )
+        row = [math.nan] * max(s, 1) + [float(t) for t in np.broadcast_to(times, tokens.shape)]
+        self._prefill_rows[(o, s)] = row
+        return row
 
-def _worker_step(step_time: StepTime | None, ctx: CostContext, max_batch: int
+
+def _worker_step(step_time: StepTime | None, ctx: CostContext, max_batch: int, budget: int
                  ) -> Callable[[int, float, int, float, int], float]:
     """The positional step-time function a worker calls: memoized cost model, or the caller's."""
     if step_time is None:
-        return CostModelStepTime(ctx, max_batch_size=max_batch).lookup
+        return CostModelStepTime(ctx, max_batch_size=max_batch, token_budget=budget).lookup
     if isinstance(step_time, CostModelStepTime):
         if step_time.max_batch_size < max_batch:
             raise InvalidInput(f"the step_time memo covers batches up to {step_time.max_batch_size}, the "
@@ -376,7 +402,7 @@ class _Simulation:
             ctx = _context(problem, dep.gpu, dep.parallelism)
             capacity = kv_capacity_tokens if kv_capacity_tokens is not None else _kv_capacity(ctx, typical, "replica")
             self._check_fits(capacity, longest, "replica")
-            step = _worker_step(step_time, ctx, dep.max_batch_size)
+            step = _worker_step(step_time, ctx, dep.max_batch_size, dep.token_budget)
             for i in range(dep.replicas):
                 self.workers.append(_Worker(i, chunked=dep.chunked_prefill, max_batch=dep.max_batch_size,
                                             budget=dep.token_budget, capacity=capacity, step=step))
@@ -396,8 +422,8 @@ class _Simulation:
             capacity = kv_capacity_tokens if kv_capacity_tokens is not None else _kv_capacity(dec_ctx, typical,
                                                                                               "decode pool")
             self._check_fits(capacity, longest, "decode worker")
-            self.pre_step = _worker_step(step_time, pre_ctx, 0)
-            self.dec_step = _worker_step(step_time, dec_ctx, dec.max_batch_size)
+            self.pre_step = _worker_step(step_time, pre_ctx, 0, pre.token_budget)
+            self.dec_step = _worker_step(step_time, dec_ctx, dec.max_batch_size, dec.token_budget)
             self.pre_budget, self.pre_max_batch = pre.token_budget, pre.max_batch_size
             for i in range(pre.workers):
                 self.prefill_workers.append(_PrefillWorker(i))

@@ -560,12 +560,6 @@ async def test_a_closed_loop_obeys_littles_law_on_any_number_of_replicas(client)
         assert out["mean_decode_batch"] <= 1.0 + 1e-9
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: an infeasible open loop reports the offered rate as requests_per_s (10,000/s and "
-    "2e6 output tokens/s on one H100 for Llama-3.1-8B, whose closed-loop saturation is ~15 requests/s) "
-    "and a TTFT that is not monotone in the rate (5.1 s at 20/s, 1.4 s at 100/s with chunked prefill)",
-)
 async def test_an_overloaded_open_loop_serves_at_most_the_saturation_throughput(client):
     saturated = await _ok(client, _aggregated(arrival=_closed_loop(100_000)))
     overloaded = await _ok(client, _aggregated(arrival={"kind": "poisson", "rate_per_s": 10_000.0}))

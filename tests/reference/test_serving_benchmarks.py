@@ -1,4 +1,4 @@
-"""``evaluate`` against the 917 measured H100 serving benchmarks (``shared/data/serving_benchmarks_h100.csv``).
+"""``evaluate`` against the 917 measured H100 serving benchmarks (``serving_benchmarks_h100.csv``).
 
 Each row is a closed-loop benchmark at fixed concurrency (mean TTFT and mean TPOT in ms; vLLM, SGLang,
 TensorRT-LLM; dense and MoE; aggregated and disaggregated). The row -> problem mapping and the scoring are
@@ -168,9 +168,9 @@ def test_dense_aggregated_tpot_median_within_target(results) -> None:
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "measured 2026-05 on 572 dense aggregated rows: TTFT median APE 73.3 % (signed -73.3 %), p90 94.8 %, "
-        "against 20 %; under-predicted at every concurrency (c<=8 -64 %, 9-64 -70 %, >64 -87 %) and every ISL "
-        "up to 4096 (ISL 8192: -9 %); by backend sglang -94 %, trtllm -73 %, vllm -64 % "
+        "measured when written, on 572 dense aggregated rows: TTFT median APE 73.3 % (signed -73.3 %), p90 "
+        "94.8 %, against 20 %; under-predicted at every concurrency (c<=8 -64 %, 9-64 -70 %, >64 -87 %) and "
+        "every ISL up to 4096 (ISL 8192: -9 %); by backend sglang -94 %, trtllm -73 %, vllm -64 % "
         "(see docs/accuracy_serving.md, Observations)"
     ),
 )

@@ -11,6 +11,8 @@ import dataclasses
 import numpy as np
 import pytest
 
+from planner.costs.passes import mixed_step_latency_s
+from planner.costs.types import CostContext
 from planner.engines import find_engine
 from planner.errors import InvalidInput, ModelDoesNotFit
 from planner.hardware import load_catalog
@@ -345,14 +347,17 @@ def test_real_cost_model_llama_8b_on_h100(make, gpu):
 
 
 def test_cost_model_memo_follows_the_cost_model(model, gpu, engine):
-    from planner.costs.passes import mixed_step_latency_s
-    from planner.costs.types import CostContext
-
     ctx = CostContext(model=model, gpu=gpu, engine=engine)
-    memo = CostModelStepTime(ctx, max_batch_size=64)
-    for batch, context, tokens in ((1, 900, 0), (40, 1500, 0), (12, 700, 2048), (0, 0, 512)):
+    memo = CostModelStepTime(ctx, max_batch_size=128, token_budget=4096)
+    on_grid = 1.05**140  # a bucket's centre: only the token counts decide, and they are kept exact
+    cases = [(64, on_grid, 0, 0), (65, on_grid, 0, 0), (12, on_grid, 2048, 1), (12, on_grid, 2049, 1),
+             (0, 0.0, 1000, 1), (0, 0.0, 3000, 3), (0, 0.0, 9000, 1)]
+    for batch, context, tokens, sequences in cases:
         kw = {"decode_batch": batch, "decode_context_tokens": context, "prefill_tokens": tokens,
-              "prefill_cached_tokens": 0, "prefill_sequences": 1 if tokens else 0}
-        exact = float(mixed_step_latency_s(ctx, **kw))
-        # buckets of 5 % in batch and context move the time by much less
-        assert memo(**kw) == pytest.approx(exact, rel=0.02)
+              "prefill_cached_tokens": 0.0, "prefill_sequences": sequences}
+        assert memo(**kw) == pytest.approx(float(mixed_step_latency_s(ctx, **kw)), rel=1e-12)
+    # off the grid the mean context moves by at most 2.5 %, and the step time by less
+    for batch, context in ((1, 900.0), (40, 1530.0), (128, 3333.0)):
+        kw = {"decode_batch": batch, "decode_context_tokens": context, "prefill_tokens": 0,
+              "prefill_cached_tokens": 0.0, "prefill_sequences": 0}
+        assert memo(**kw) == pytest.approx(float(mixed_step_latency_s(ctx, **kw)), rel=0.025)
