@@ -83,15 +83,17 @@ def gemm_utilization(gpu: GpuSpec, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> 
     tiles_n = np.ceil(n / tile_n)
     tiles = tiles_m * tiles_n
     tile_fill = (m * n) / (tiles * tile_m * tile_n)  # tile quantization
-    # split-K when the output cannot fill one wave, limited to chunks of at least 2·k_half
-    max_split = np.maximum(1.0, np.floor(k / (2.0 * eff.gemm_k_half)))
-    split = np.clip(np.floor(num_units / tiles), 1.0, max_split)
-    work_units = tiles * split
-    waves = np.ceil(work_units / num_units)
-    wave_fill = work_units / (waves * num_units)  # wave quantization
-    k_chunk = k / split
+    # at least one full wave of output tiles: data-parallel tiles, wave-quantized
+    waves = np.ceil(tiles / num_units)
+    wave_fill = tiles / (waves * num_units)
+    # fewer tiles than compute units: stream-K splits the reduction across the idle units, continuously,
+    # down to chunks of 2·k_half (Osama et al. 2023)
+    split = np.clip(num_units / tiles, 1.0, np.maximum(1.0, k / (2.0 * eff.gemm_k_half)))
+    small = tiles < num_units
+    fill = np.where(small, tiles * split / num_units, wave_fill)
+    k_chunk = np.where(small, k / split, k)
     ramp = k_chunk / (k_chunk + eff.gemm_k_half)  # main-loop prologue/epilogue
-    return tile_fill * wave_fill * ramp
+    return tile_fill * fill * ramp
 
 
 def gemm_hbm_bytes(
@@ -214,9 +216,11 @@ def prefill_attention_time_s(
 ) -> FloatArray:
     """Flash-attention time of a prefill (or a later chunk) for one layer on one GPU [s].
 
-    Work is split into (batch × head × 128-query) blocks: wave quantization over the compute units and a
-    ramp ``q / (q + q_half)`` for the per-block prologue (loading Q, softmax state) make short prompts less
-    efficient. Memory: read Q, K, V (cached part included) and write O once.
+    Work is split into (batch × head × 128-query) blocks; a partial last block costs a whole one, and each
+    block pays a prologue worth ``q_half`` keys (loading Q, softmax state, writing O). The pass takes the
+    longer of its total work spread over all compute units and its critical path (the last, longest block
+    of a sequence, which sees every earlier key, on one unit). Memory: read Q, K, V (cached part
+    included) and write O once.
     """
     eff = gpu.efficiency
     b = np.asarray(batch_size, dtype=np.float64)
@@ -231,15 +235,21 @@ def prefill_attention_time_s(
         batch_size=b, q_tokens=q, cached_tokens=c, num_heads=h, head_dim=d, v_head_dim=dv,
         sliding_window=sliding_window, window_block_tokens=block_q,
     )
+    # a partial last query block costs a whole block (masked rows still run)
+    padded_flops = flops * np.ceil(q / block_q) * block_q / q
     blocks = b * h * np.ceil(q / block_q)
-    waves = np.ceil(blocks / gpu.num_compute_units)
-    wave_fill = blocks / (waves * gpu.num_compute_units)
-    ramp = (c + q) / (c + q + eff.attention_q_half)
+    per_key = 2.0 * (d + dv) + 2.0 * eff.attention_softmax_dims  # per (query, key) pair and head
+    # each block's prologue (loading Q, softmax state, writing O) costs as much as ``q_half`` more keys
+    prologue = block_q * eff.attention_q_half * per_key
     peak_fraction = eff.attention_peak_fraction.get(compute_dtype, eff.attention_peak_fraction["bf16"])
     rate = _peak(gpu, compute_dtype) * peak_fraction * efficiency_scale
-    # the softmax adds a per-score cost that does not scale with the head dimension
-    softmax_share = 1.0 + eff.attention_softmax_dims / (d + dv)
-    t_compute = flops * softmax_share / (rate * wave_fill * ramp)
+    total = padded_flops / (2.0 * (d + dv)) * per_key + blocks * prologue
+    # critical path: the last (longest) block of a sequence sees every earlier key; with fewer blocks than
+    # compute units the pass cannot finish before that block does
+    w = np.asarray(sliding_window, dtype=np.float64)
+    keys_last = np.where(w > 0, np.minimum(c + q, w + block_q), c + q)
+    longest = block_q * keys_last * per_key + prologue
+    t_compute = np.maximum(total / rate, longest * gpu.num_compute_units / rate)
     kv_tokens = c + q
     bytes_moved = b * (q * h * (d + dv) * 2.0 + kv_tokens * kvh * (d + dv) * kv_bytes_per_element)
     t_memory = bytes_moved / (gpu.hbm_bandwidth_bytes_per_s * eff.memory_bandwidth_fraction)

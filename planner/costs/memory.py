@@ -97,9 +97,13 @@ def weight_bytes_per_gpu(ctx: CostContext) -> float:
                 layer += router.num_params * (2.0 / w)  # routers stay bf16
         total += layer * group.num_layers * w
     # embeddings and LM head stay 16-bit in quantized checkpoints; vocab-parallel over TP
-    embed_params = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
     total /= par.pp
-    total += embed_params * 2.0 / par.tp / (1 if par.pp == 1 else 2)
+    if par.pp == 1:
+        embed_params = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
+    else:
+        # the first stage holds the embedding, the last the LM head (a tied pair is stored on both)
+        embed_params = model.vocab_size * model.hidden_size
+    total += embed_params * 2.0 / par.tp
     return total
 
 

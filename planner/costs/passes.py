@@ -46,23 +46,27 @@ class _Op:
     kind: Bound
 
 
-def fuse_siblings(linears: tuple[Linear, ...]) -> tuple[Linear, ...]:
-    """Fuse consecutive projections that read the same input with the same TP split into one GEMM.
+def fuse_siblings(linears: tuple[Linear, ...], layer_input_features: int) -> tuple[Linear, ...]:
+    """Fuse the projections that read the layer's input with the same TP split into one GEMM each.
 
     Every engine we model concatenates these weights: QKV (vLLM ``QKVParallelLinear``), gate+up
-    (``MergedColumnParallelLinear``), MLA's q_a+kv_a (``fused_qkv_a_proj``). One wide GEMM pays one
-    launch and fills the GPU better than three narrow ones.
+    (``MergedColumnParallelLinear``), MLA's q_a+kv_a (``fused_qkv_a_proj``), Gated DeltaNet's input
+    projections. One wide GEMM pays one launch and fills the GPU better than several narrow ones.
+    Projections of intermediate tensors (MLA's q_b, kv_b; the output projections) stay separate.
     """
     out: list[Linear] = []
+    first: dict[str, int] = {}
     for lin in linears:
-        prev = out[-1] if out else None
-        if (prev is not None and lin.split == prev.split and lin.split in ("column", "none")
-                and lin.in_features == prev.in_features):
-            out[-1] = Linear(name=f"{prev.name}+{lin.name}" if "+" not in prev.name or len(prev.name) < 40
-                             else prev.name, in_features=prev.in_features,
-                             out_features=prev.out_features + lin.out_features, split=lin.split)
-        else:
-            out.append(lin)
+        key = lin.split
+        if lin.in_features == layer_input_features and key in ("column", "none") and key in first:
+            j = first[key]
+            prev = out[j]
+            out[j] = Linear(name=f"{prev.name}+{lin.name}", in_features=prev.in_features,
+                            out_features=prev.out_features + lin.out_features, split=key)
+            continue
+        if lin.in_features == layer_input_features and key in ("column", "none"):
+            first[key] = len(out)
+        out.append(lin)
     return tuple(out)
 
 
@@ -96,16 +100,20 @@ class _Pass:
             t, f, b = old.time_s + t, old.flops + f, old.bytes_moved + b
         self.ops[name] = _Op(name=name, time_s=t, flops=f, bytes_moved=b, kind=kind)
 
-    def linear(self, name: str, lin: Linear, tokens: FloatArray, layers: float) -> None:
+    def linear(self, name: str, lin: Linear, tokens: FloatArray, layers: float, *, sixteen_bit: bool = False,
+               active: FloatArray | float = 1.0) -> None:
+        """A GEMM per layer; ``sixteen_bit`` for weights quantized checkpoints keep in bf16 (LM head, routers);
+        ``active`` masks cells of a vectorized pass where the operator does not run."""
         n, k = _linear_shape(lin, self.par.tp)
         eng = self.ctx.engine
+        w_bytes, cdtype = (2.0, "bf16") if sixteen_bit else (self.w_bytes, self.cdtype)
         t = K.gemm_time_s(
-            self.gpu, m=tokens, n=n, k=k, compute_dtype=self.cdtype, weight_bytes_per_element=self.w_bytes,
+            self.gpu, m=tokens, n=n, k=k, compute_dtype=cdtype, weight_bytes_per_element=w_bytes,
             efficiency_scale=eng.gemm_efficiency_scale, count=layers,
         )
         flops = layers * 2.0 * tokens * n * k
-        traffic = layers * K.gemm_hbm_bytes(self.gpu, tokens, n, k, weight_bytes_per_element=self.w_bytes)
-        self.add(name, "compute", t, flops, traffic)
+        traffic = layers * K.gemm_hbm_bytes(self.gpu, tokens, n, k, weight_bytes_per_element=w_bytes)
+        self.add(name, "compute", active * t, active * flops, active * traffic)
 
 
 def _decode_attention(p: _Pass, group: LayerGroup, layers: float, batch: FloatArray, context: FloatArray) -> None:
@@ -134,9 +142,11 @@ def _decode_attention(p: _Pass, group: LayerGroup, layers: float, batch: FloatAr
     elif att.kind == "mla":
         # absorbed MLA: all heads attend over the shared latent cache (one "KV head" of width `latent`)
         latent = att.kv_lora_rank + att.qk_rope_head_dim
+        # the latent is both K and V: ``latent`` elements per token are read (v_head_dim 0 for the byte count;
+        # this under-counts the PV FLOPs by kv_lora/latent, immaterial for a memory-bound kernel)
         t = K.decode_attention_time_s(
             gpu, batch_size=b, context_tokens=context + 1.0, num_heads=heads, num_kv_heads=1,
-            head_dim=latent, v_head_dim=att.kv_lora_rank, kv_bytes_per_element=p.kv_bytes * 0.5, **blocks,
+            head_dim=latent, v_head_dim=0, kv_bytes_per_element=p.kv_bytes, **blocks,
         )
         nbytes = b * (context + 1.0) * latent * p.kv_bytes
         f = K.attention_flops(batch_size=b, q_tokens=1.0, cached_tokens=context, num_heads=heads,
@@ -168,9 +178,10 @@ def _prefill_attention(
         b = n * (q_tokens + cached) * kvh * (att.head_dim + att.v_head_dim) * p.kv_bytes
     elif att.kind == "mla":
         # the cached prefix's latents are expanded through kv_b like the new tokens' (MHA-style prefill)
-        if np.any(np.asarray(cached) > 0):
+        has_prefix = on * (np.asarray(cached) > 0)
+        if np.any(has_prefix > 0):
             kv_b = next(lin for lin in ctx.model.attention_linears(group) if lin.name == "kv_b")
-            p.linear("attn.kv_b.cached", kv_b, on * n * cached, layers)
+            p.linear("attn.kv_b.cached", kv_b, n * cached, layers, active=has_prefix)
         t = K.prefill_attention_time_s(
             gpu, batch_size=n, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads, num_kv_heads=heads,
             head_dim=att.head_dim, v_head_dim=att.v_head_dim, kv_bytes_per_element=2.0, **common,
@@ -198,7 +209,7 @@ def _group_ops(
     # attention data parallelism: each dp rank runs attention on its share of the batch
     att_tokens = tokens / par.dp
     att_batch = np.maximum((decode_batch + prefill_seqs) / par.dp, 1.0)
-    for lin in fuse_siblings(model.attention_linears(group)):
+    for lin in fuse_siblings(model.attention_linears(group), model.hidden_size):
         p.linear(f"attn.{lin.name}" if att.kind != "linear" else f"linear_attn.{lin.name}", lin, att_tokens,
                  layers)
     _decode_attention(p, group, layers, decode_batch, decode_context)
@@ -235,7 +246,7 @@ def _group_ops(
     # feed-forward
     ffn = group.ffn
     if ffn.kind == "dense":
-        for lin in fuse_siblings(model.ffn_linears(group)):
+        for lin in fuse_siblings(model.ffn_linears(group), model.hidden_size):
             p.linear(f"mlp.{lin.name}", lin, tokens, layers)
         width = ffn.intermediate_size / tp
         act_bytes = tokens * width * (3.0 if ffn.gated else 2.0) * ACT_BYTES
@@ -247,9 +258,9 @@ def _group_ops(
         moe_tp, moe_ep = moe_parallelism(par)
         router = model.router_linear(group)
         if router is not None:
-            p.linear("moe.router", router, tokens, layers)
+            p.linear("moe.router", router, tokens, layers, sixteen_bit=True)
         if ffn.num_shared_experts > 0:
-            for lin in fuse_siblings(model.shared_expert_linears(group)):
+            for lin in fuse_siblings(model.shared_expert_linears(group), model.hidden_size):
                 p.linear(f"moe.shared.{lin.name}", lin, tokens, layers)
         all_tokens = tokens  # every token of the worker's batch is routed
         t = K.moe_time_s(
@@ -301,7 +312,7 @@ def _run_pass(
     model = ctx.model
     # LM head (vocab-parallel over TP) on the last position of every sequence, then the logits gather
     lm_head = Linear(name="lm_head", in_features=model.hidden_size, out_features=model.vocab_size, split="column")
-    p.linear("lm_head", lm_head, batch, 1.0)
+    p.linear("lm_head", lm_head, batch, 1.0, sixteen_bit=True)
     if ctx.parallelism.tp > 1:
         msg = batch * model.vocab_size * 4.0
         t = K.allreduce_time_s(ctx.gpu, num_gpus=ctx.parallelism.tp, message_bytes=msg / 2.0)
@@ -387,6 +398,8 @@ def _summarize(ctx: CostContext, p: _Pass, memory) -> PassCost:  # noqa: ANN001
     total_t = total_f = total_b = 0.0
     for op in p.ops.values():
         t, f, b = float(op.time_s), float(op.flops), float(op.bytes_moved)
+        if t == 0.0 and f == 0.0 and b == 0.0:
+            continue  # an operator this pass does not run (decode attention in a prefill, ...)
         total_t += t
         total_f += f
         total_b += b

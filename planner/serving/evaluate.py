@@ -185,6 +185,7 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
     clients = (w.arrival.concurrency / replicas) if w.arrival.kind == "closed_loop" else None
     b_pts, b_w = batch_fluctuation(float(st.batch[i]), model.batch_cap, clients)
     shift = model.tables.decode(b_pts) - float(st.decode_iteration_s[i])
+    shift -= float(np.dot(shift, b_w))  # keep the steady state's mean iteration time
     itl_v = (itl_v[:, None] + shift[None, :]).ravel()
     itl_w = (itl_w[:, None] * b_w[None, :]).ravel()
     itl_mean = float(np.dot(itl_w, itl_v) / itl_w.sum())

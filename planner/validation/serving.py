@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -69,7 +70,7 @@ TOKEN_BUDGET = 8192
 #: iteration as the running generations (one fused forward), which is the planner's mixed iteration, not
 #: its unchunked mode (a prefill-only iteration the streams wait through, vLLM V0); see
 #: :func:`aggregated_deployment` for how the whole prompt is kept in one iteration.
-CHUNKED_PREFILL = {"vllm": True, "sglang": True, "trtllm": True}
+CHUNKED_PREFILL: Mapping[str, bool] = MappingProxyType({"vllm": True, "sglang": True, "trtllm": True})
 #: engines whose scheduler does not split a prompt: the budget is raised to hold a whole prompt and the
 #: decodes (TensorRT-LLM without chunked context)
 WHOLE_PROMPT_ENGINES = frozenset({"trtllm"})

@@ -32,11 +32,11 @@ the scheduler, so it is counted once in TTFT and in the end-to-end latency. A re
 ``prompt + tokens decoded`` KV slots; each decode step writes one more.
 
 Iteration times come from :func:`planner.costs.passes.mixed_step_latency_s`, memoized
-(:class:`CostModelStepTime`): token counts exact, the mean decode context and the chunks'
-token-weighted mean offset in ~5 % buckets; a caller's ``step_time`` is called with exact values. A run of decode-only iterations during
-which nothing can change (no completion, no admission, KV room, the mean decode context in one bucket,
-whose value at the run's start is used throughout) is advanced in one event and cut short by any
-arrival, so light loads cost a few events per request.
+(:class:`CostModelStepTime`): token counts exact, the mean decode context and the chunks' token-weighted
+mean offset in ~5 % buckets; a caller's ``step_time`` is called with exact values. A run of decode-only
+iterations during which nothing can change (no completion, no admission, KV room, the mean decode
+context in one bucket, whose value at the run's start is used throughout) is advanced in one event and
+cut short by any arrival, so light loads cost a few events per request.
 
 References: Kwon et al., "Efficient Memory Management for LLM Serving with PagedAttention" (vLLM, SOSP
 2023), Sec. 4.5 (scheduling and recompute preemption); Agrawal et al., "Sarathi-Serve" (OSDI 2024),
@@ -92,9 +92,10 @@ METRICS = ("ttft_s", "e2e_s", "tpot_s", "itl_s")
 class SimulationResult:
     """What a benchmark of the simulated deployment measures, after the warm-up requests.
 
-    Per-request arrays are in issue order. ``requests_per_s`` and ``output_tokens_per_s`` count
-    completions and emitted tokens (of any request) between the issue of the first measured request and
-    the issue of the last one, the span in which the offered load is steady.
+    Per-request arrays are in issue order. ``requests_per_s``, ``output_tokens_per_s``,
+    ``mean_decode_batch`` and ``utilization`` count completions, emitted tokens, decode iterations and
+    busy time (of any request) from the issue of the first measured request to the issue of the last
+    one, the span in which the offered load is steady.
     """
 
     #: time each measured request was issued (arrival at the front end) [s]
@@ -182,6 +183,10 @@ class CostModelStepTime:
     def __call__(self, *, decode_batch: int, decode_context_tokens: float, prefill_tokens: int,
                  prefill_cached_tokens: float = 0.0, prefill_sequences: int = 1) -> float:
         """Iteration time [s], with the keywords of :func:`mixed_step_latency_s` (scalars)."""
+        empty = decode_batch + prefill_tokens < 1
+        if not 0 <= decode_batch <= self.max_batch_size or prefill_tokens < 0 or empty:
+            raise InvalidInput(f"need 0 <= decode_batch <= {self.max_batch_size}, prefill_tokens >= 0 and "
+                               "something to compute", field="decode_batch")
         return self.lookup(int(decode_batch), float(decode_context_tokens), int(prefill_tokens),
                            float(prefill_cached_tokens), int(prefill_sequences))
 
@@ -366,16 +371,16 @@ class _Simulation:
         rng = np.random.default_rng(seed)
         self.n_in = _draw_lengths(rng, w.input_tokens, num_requests)
         self.n_out = _draw_lengths(rng, w.output_tokens, num_requests)
-        self.n_cached = np.minimum(np.rint(w.prefix_cache_hit_fraction * self.n_in), self.n_in - 1).astype(np.int64)
+        hits = np.rint(w.prefix_cache_hit_fraction * self.n_in)
+        self.n_cached = np.minimum(hits, self.n_in - 1).astype(np.int64)
         arr = w.arrival
         self.closed = arr.kind == "closed_loop"
+        gaps = np.zeros(0)
         if arr.kind == "poisson":
-            gaps = rng.exponential(1.0 / float(arr.rate_per_s), size=num_requests)  # type: ignore[arg-type]
+            gaps = rng.exponential(1.0 / float(arr.rate_per_s or 0.0), size=num_requests)
         elif arr.kind == "gamma":
             cv2 = arr.cv**2
-            gaps = rng.gamma(1.0 / cv2, cv2 / float(arr.rate_per_s), size=num_requests)  # type: ignore[arg-type]
-        else:
-            gaps = np.zeros(0)
+            gaps = rng.gamma(1.0 / cv2, cv2 / float(arr.rate_per_s or 0.0), size=num_requests)
         self.arrival_times = np.cumsum(gaps).tolist()
         self.overhead_s = float(problem.engine.request_overhead_s)
         self.requests: list[_Request] = []
@@ -383,68 +388,79 @@ class _Simulation:
         self.seq = 0
         self.num_preemptions = 0
         self.recomputed_tokens = 0
-        # records of every iteration run: worker, start, duration, iterations, decode batch
+        # one record per iteration (or run of identical decode-only iterations), in the order they end
         self.rec_worker: list[int] = []
-        self.rec_start: list[float] = []
-        self.rec_dur: list[float] = []
-        self.rec_k: list[int] = []
-        self.rec_b: list[int] = []
-        self.rec_p: list[int] = []
-        typical = max(int(w.input_tokens.max + w.output_tokens.max), 1)
-        longest = int(self.n_in.max() + self.n_out.max()) - 1 if num_requests else 1
-        dep = problem.deployment
+        self.rec_start_s: list[float] = []
+        self.rec_duration_s: list[float] = []
+        self.rec_iterations: list[int] = []
+        self.rec_decode_batch: list[int] = []
+        self.rec_prefill_tokens: list[int] = []
+        # the memory plan sees the context the longest input and output reach (as the closed form does)
+        self.typical_context = max(int(w.input_tokens.max + w.output_tokens.max), 1)
+        self.longest_request = int(self.n_in.max() + self.n_out.max()) - 1
         self.workers: list[_Worker] = []
         self.prefill_workers: list[_PrefillWorker] = []
+        dep = problem.deployment
         if isinstance(dep, AggregatedDeployment):
             self.disaggregated = False
-            if dep.replicas < 1 or dep.max_batch_size < 1 or dep.token_budget < 1:
-                raise InvalidInput("replicas, max_batch_size and token_budget must be >= 1", field="deployment")
-            ctx = _context(problem, dep.gpu, dep.parallelism)
-            capacity = kv_capacity_tokens if kv_capacity_tokens is not None else _kv_capacity(ctx, typical, "replica")
-            self._check_fits(capacity, longest, "replica")
-            step = _worker_step(step_time, ctx, dep.max_batch_size, dep.token_budget)
-            for i in range(dep.replicas):
-                self.workers.append(_Worker(i, chunked=dep.chunked_prefill, max_batch=dep.max_batch_size,
-                                            budget=dep.token_budget, capacity=capacity, step=step))
-            self.pools = {"gpu": list(range(dep.replicas))}
+            self._setup_aggregated(dep, step_time, kv_capacity_tokens)
         elif isinstance(dep, DisaggregatedDeployment):
             self.disaggregated = True
-            pre, dec = dep.prefill, dep.decode
-            if min(pre.workers, dec.workers, pre.max_batch_size, dec.max_batch_size, pre.token_budget,
-                   dec.token_budget) < 1:
-                raise InvalidInput("pool workers, max_batch_size and token_budget must be >= 1", field="deployment")
-            pre_ctx = _context(problem, pre.gpu, pre.parallelism)
-            dec_ctx = _context(problem, dec.gpu, dec.parallelism)
-            pre_capacity = _kv_capacity(pre_ctx, typical, "prefill pool")
-            if kv_capacity_tokens is None and self.n_in.max() > pre_capacity:
-                raise ModelDoesNotFit(f"the KV cache of a prefill worker holds {pre_capacity} tokens, less than the "
-                                      f"longest prompt ({int(self.n_in.max())})", kv_capacity_tokens=pre_capacity)
-            capacity = kv_capacity_tokens if kv_capacity_tokens is not None else _kv_capacity(dec_ctx, typical,
-                                                                                              "decode pool")
-            self._check_fits(capacity, longest, "decode worker")
-            self.pre_step = _worker_step(step_time, pre_ctx, 0, pre.token_budget)
-            self.dec_step = _worker_step(step_time, dec_ctx, dec.max_batch_size, dec.token_budget)
-            self.pre_budget, self.pre_max_batch = pre.token_budget, pre.max_batch_size
-            for i in range(pre.workers):
-                self.prefill_workers.append(_PrefillWorker(i))
-            for i in range(dec.workers):
-                self.workers.append(_Worker(pre.workers + i, chunked=True, max_batch=dec.max_batch_size,
-                                            budget=dec.token_budget, capacity=capacity, step=self.dec_step))
-            self.idle_prefill = list(range(pre.workers))  # a heap: the lowest index is taken first
-            self.prefill_queue: deque[_Request] = deque()
-            self.decode_queue: deque[_Request] = deque()
-            if kv_transfer_s is None:
-                kv_bytes_per_token = problem.model.kv_cache_bytes_per_token(DTYPE_BYTES[problem.kv_dtype])
-                bandwidth = pre.gpu.scale_out_bandwidth_bytes_per_s
-
-                def kv_transfer_s(prompt_tokens: int) -> float:
-                    return prompt_tokens * kv_bytes_per_token / bandwidth
-
-            self.kv_transfer = kv_transfer_s
-            self.pools = {"prefill_pool": list(range(pre.workers)),
-                          "decode_pool": [pre.workers + i for i in range(dec.workers)]}
+            self._setup_disaggregated(dep, step_time, kv_transfer_s, kv_capacity_tokens)
         else:
             raise InvalidInput("unknown deployment kind", field="deployment")
+
+    def _setup_aggregated(self, dep: AggregatedDeployment, step_time: StepTime | None,
+                          kv_capacity_tokens: int | None) -> None:
+        if dep.replicas < 1 or dep.max_batch_size < 1 or dep.token_budget < 1:
+            raise InvalidInput("replicas, max_batch_size and token_budget must be >= 1", field="deployment")
+        ctx = _context(self.problem, dep.gpu, dep.parallelism)
+        capacity = kv_capacity_tokens
+        if capacity is None:
+            capacity = _kv_capacity(ctx, self.typical_context, "replica")
+        self._check_fits(capacity, self.longest_request, "replica")
+        step = _worker_step(step_time, ctx, dep.max_batch_size, dep.token_budget)
+        for i in range(dep.replicas):
+            self.workers.append(_Worker(i, chunked=dep.chunked_prefill, max_batch=dep.max_batch_size,
+                                        budget=dep.token_budget, capacity=capacity, step=step))
+        self.pools = {"gpu": list(range(dep.replicas))}
+
+    def _setup_disaggregated(self, dep: DisaggregatedDeployment, step_time: StepTime | None,
+                             kv_transfer_s: KvTransfer | None, kv_capacity_tokens: int | None) -> None:
+        pre, dec = dep.prefill, dep.decode
+        if min(pre.workers, dec.workers, pre.max_batch_size, dec.max_batch_size, pre.token_budget,
+               dec.token_budget) < 1:
+            raise InvalidInput("pool workers, max_batch_size and token_budget must be >= 1",
+                               field="deployment")
+        pre_ctx = _context(self.problem, pre.gpu, pre.parallelism)
+        dec_ctx = _context(self.problem, dec.gpu, dec.parallelism)
+        capacity = kv_capacity_tokens
+        if capacity is None:
+            pre_capacity = _kv_capacity(pre_ctx, self.typical_context, "prefill pool")
+            self._check_fits(pre_capacity, int(self.n_in.max()), "prefill worker")
+            capacity = _kv_capacity(dec_ctx, self.typical_context, "decode pool")
+        self._check_fits(capacity, self.longest_request, "decode worker")
+        self.pre_step = _worker_step(step_time, pre_ctx, 0, pre.token_budget)
+        self.pre_budget, self.pre_max_batch = pre.token_budget, pre.max_batch_size
+        self.prefill_workers = [_PrefillWorker(i) for i in range(pre.workers)]
+        self.idle_prefill = list(range(pre.workers))  # a heap: the lowest index is taken first
+        step = _worker_step(step_time, dec_ctx, dec.max_batch_size, dec.token_budget)
+        for i in range(dec.workers):
+            self.workers.append(_Worker(pre.workers + i, chunked=True, max_batch=dec.max_batch_size,
+                                        budget=dec.token_budget, capacity=capacity, step=step))
+        self.prefill_queue: deque[_Request] = deque()
+        self.decode_queue: deque[_Request] = deque()
+        if kv_transfer_s is None:
+            model, kv_dtype = self.problem.model, self.problem.kv_dtype
+            kv_bytes_per_token = model.kv_cache_bytes_per_token(DTYPE_BYTES[kv_dtype])
+            bandwidth_bytes_per_s = pre.gpu.scale_out_bandwidth_bytes_per_s
+
+            def kv_transfer_s(prompt_tokens: int) -> float:
+                return prompt_tokens * kv_bytes_per_token / bandwidth_bytes_per_s
+
+        self.kv_transfer = kv_transfer_s
+        self.pools = {"prefill_pool": list(range(pre.workers)),
+                      "decode_pool": [pre.workers + i for i in range(dec.workers)]}
 
     @staticmethod
     def _check_fits(capacity: int, longest: int, where: str) -> None:
@@ -523,6 +539,15 @@ class _Simulation:
                 self._issue_and_enter(rid, t)
                 if rid + 1 < self.num_requests:
                     self._push(self.arrival_times[rid + 1], _NEXT_ARRIVAL, None)
+
+    def _record(self, worker: int, start_s: float, duration_s: float, iterations: int, decode_batch: int,
+                prefill_tokens: int) -> None:
+        self.rec_worker.append(worker)
+        self.rec_start_s.append(start_s)
+        self.rec_duration_s.append(duration_s)
+        self.rec_iterations.append(iterations)
+        self.rec_decode_batch.append(decode_batch)
+        self.rec_prefill_tokens.append(prefill_tokens)
 
     # ---- a continuous-batching worker --------------------------------------------------------------
 
@@ -672,12 +697,7 @@ class _Simulation:
     def _end(self, w: _Worker, now: float) -> None:
         start, dur, k, batch, chunks = w.run
         w.bulk = False
-        self.rec_worker.append(w.index)
-        self.rec_start.append(start)
-        self.rec_dur.append(dur)
-        self.rec_k.append(k)
-        self.rec_b.append(batch)
-        self.rec_p.append(w.tokens)
+        self._record(w.index, start, dur, k, batch, w.tokens)
         finished: list[_Request] = []
         if batch:
             w.next_decode += k
@@ -706,7 +726,7 @@ class _Simulation:
                 w.partial = None
             r.emitted += 1
             r.segments.append([now, -1, 0, -1])
-            if r.first_token_s != r.first_token_s:  # NaN: the request's first token
+            if math.isnan(r.first_token_s):  # the request's first token
                 r.first_token_s = now
             if r.emitted >= r.n_out:
                 w.used -= r.target
@@ -744,12 +764,7 @@ class _Simulation:
             offset_sum += n * r.n_cached
         pw.batch = batch
         dur = self.pre_step(0, 0.0, tokens, offset_sum / tokens, len(batch))
-        self.rec_worker.append(pw.index)
-        self.rec_start.append(now)
-        self.rec_dur.append(dur)
-        self.rec_k.append(1)
-        self.rec_b.append(0)
-        self.rec_p.append(tokens)
+        self._record(pw.index, now, dur, 1, 0, tokens)
         self._push(now + dur, _PREFILL_END, pw)
 
     def _prefill_end(self, pw: _PrefillWorker, now: float) -> None:
@@ -804,83 +819,91 @@ class _Simulation:
 
     # ---- results -----------------------------------------------------------------------------------
 
+    def _decode_end_times(self) -> tuple[FloatArray, NDArray[np.int64]]:
+        """End time of every decode iteration, worker by worker on one index, and each worker's offset."""
+        worker = np.asarray(self.rec_worker, dtype=np.int64)
+        iterations = np.asarray(self.rec_iterations, dtype=np.int64)
+        runs = np.flatnonzero(np.asarray(self.rec_decode_batch) > 0)
+        runs = runs[np.argsort(worker[runs], kind="stable")]
+        per_worker = np.bincount(worker[runs], weights=iterations[runs],
+                                 minlength=len(self.workers) + len(self.prefill_workers)).astype(np.int64)
+        assert all(per_worker[w.index] == w.next_decode for w in self.workers)
+        k = iterations[runs]
+        run_of = np.repeat(np.arange(runs.size), k)
+        within = np.arange(run_of.size) - np.repeat(np.cumsum(k) - k, k)
+        start = np.asarray(self.rec_start_s)[runs][run_of]
+        duration = np.asarray(self.rec_duration_s)[runs][run_of]
+        return start + duration * (within + 1), np.cumsum(per_worker) - per_worker
+
+    def _token_times(self, measured: list[_Request]) -> tuple[FloatArray, NDArray[np.int64]]:
+        """Every token's time, request by request, and the position of the request it belongs to."""
+        decode_end_s, offsets = self._decode_end_times()
+        seg_req, seg_s, seg_first, seg_len = [], [], [], []
+        for i, r in enumerate(measured):
+            for t, worker, j0, j1 in r.segments:
+                seg_req.append(i)
+                seg_s.append(t)
+                seg_first.append(int(offsets[worker]) + j0 if worker >= 0 else 0)
+                seg_len.append(max(j1 - j0 + 1, 0))
+        # a segment: one token at its own time (end of a prefill, or of the KV transfer), then decodes
+        counts = np.asarray(seg_len, dtype=np.int64) + 1
+        seg_of = np.repeat(np.arange(counts.size), counts)
+        pos = np.arange(seg_of.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        if decode_end_s.size:
+            decoded = decode_end_s[np.clip(np.asarray(seg_first)[seg_of] + pos - 1, 0, decode_end_s.size - 1)]
+        else:
+            decoded = np.zeros(seg_of.size)
+        token_s = np.where(pos == 0, np.asarray(seg_s)[seg_of], decoded)
+        return token_s, np.asarray(seg_req, dtype=np.int64)[seg_of]
+
     def result(self) -> SimulationResult:
         reqs = self.requests
-        assert len(reqs) == self.num_requests and all(r.finish_s == r.finish_s for r in reqs)
-        rec_w = np.asarray(self.rec_worker, dtype=np.int64)
-        rec_s = np.asarray(self.rec_start, dtype=np.float64)
-        rec_d = np.asarray(self.rec_dur, dtype=np.float64)
-        rec_k = np.asarray(self.rec_k, dtype=np.int64)
-        rec_b = np.asarray(self.rec_b, dtype=np.int64)
-        # end times of every decode iteration, worker by worker in order, on one global index
-        dec = np.flatnonzero(rec_b > 0)
-        dec = dec[np.argsort(rec_w[dec], kind="stable")]
-        per_worker = np.bincount(rec_w[dec], weights=rec_k[dec], minlength=len(self.workers)
-                                 + len(self.prefill_workers)).astype(np.int64)
-        offsets = np.concatenate([[0], np.cumsum(per_worker)[:-1]])
-        for w in self.workers:
-            assert per_worker[w.index] == w.next_decode
-        k_dec = rec_k[dec]
-        run_of = np.repeat(np.arange(dec.size), k_dec)
-        within = np.arange(run_of.size) - np.repeat(np.cumsum(k_dec) - k_dec, k_dec)
-        decode_end_s = rec_s[dec][run_of] + rec_d[dec][run_of] * (within + 1)
-
+        assert len(reqs) == self.num_requests and not any(math.isnan(r.finish_s) for r in reqs)
         measured = reqs[self.warmup:]
-        segs = [(i, s) for i, r in enumerate(measured) for s in r.segments]
-        seg_req = np.array([i for i, _ in segs], dtype=np.int64)
-        seg_t = np.array([s[0] for _, s in segs], dtype=np.float64)
-        seg_w = np.array([s[1] for _, s in segs], dtype=np.int64)
-        seg_len = np.array([max(s[3] - s[2] + 1, 0) for _, s in segs], dtype=np.int64)
-        seg_g0 = np.where(seg_w >= 0, offsets[np.maximum(seg_w, 0)] + np.array([s[2] for _, s in segs],
-                                                                               dtype=np.int64), 0)
-        counts = seg_len + 1
-        tok_seg = np.repeat(np.arange(len(segs)), counts)
-        tok_pos = np.arange(tok_seg.size) - np.repeat(np.cumsum(counts) - counts, counts)
-        gather = np.clip(seg_g0[tok_seg] + tok_pos - 1, 0, max(decode_end_s.size - 1, 0))
-        token_s = np.where(tok_pos == 0, seg_t[tok_seg], decode_end_s[gather] if decode_end_s.size else 0.0)
-        tok_req = seg_req[tok_seg]
-        same = tok_req[1:] == tok_req[:-1]
-        itl = np.diff(token_s)[same]
-
+        token_s, token_req = self._token_times(measured)
+        n_out = np.array([r.n_out for r in measured], dtype=np.int64)
+        assert np.array_equal(np.bincount(token_req, minlength=len(measured)), n_out)
+        itl = np.diff(token_s)[token_req[1:] == token_req[:-1]]
         issue = np.array([r.issue_s for r in measured])
         first = np.array([r.first_token_s for r in measured])
         finish = np.array([r.finish_s for r in measured])
-        n_out = np.array([r.n_out for r in measured], dtype=np.int64)
-        assert np.array_equal(np.bincount(tok_req, minlength=len(measured)), n_out)
         tpot = np.full(len(measured), np.nan)
         many = n_out > 1
         tpot[many] = (finish[many] - first[many]) / (n_out[many] - 1)
 
-        # measurement window: the span over which requests are being issued
+        # the window: from the first measured request's issue to the last one's, half-open because
+        # completions come in bursts at iteration ends and both bounds are such ends
         t0 = reqs[self.warmup].issue_s
         t1 = reqs[-1].issue_s
-        if t1 <= t0:
+        if t1 <= t0:  # a closed loop whose clients all started at once
             t1 = max(r.finish_s for r in reqs)
-        span = max(t1 - t0, 1e-300)
+        span = t1 - t0
         all_finish = np.array([r.finish_s for r in reqs])
-        completions = int(np.count_nonzero((all_finish >= t0) & (all_finish <= t1)))
-        # tokens emitted in the window: ends of decode iterations × their batch, plus prefill tokens
+        completions = int(np.count_nonzero((all_finish >= t0) & (all_finish < t1)))
+        rec_s = np.asarray(self.rec_start_s)
+        rec_d = np.asarray(self.rec_duration_s)
+        rec_k = np.asarray(self.rec_iterations)
+        rec_b = np.asarray(self.rec_decode_batch)
+        # iterations of each record ending in the window; tokens: decodes, plus one per finished prefill
         lo = np.maximum(np.ceil((t0 - rec_s) / rec_d), 1.0)
-        hi = np.minimum(np.floor((t1 - rec_s) / rec_d), rec_k)
+        hi = np.minimum(np.ceil((t1 - rec_s) / rec_d) - 1.0, rec_k)
         ends_in = np.maximum(hi - lo + 1.0, 0.0)
-        explicit = np.array([s[0] for r in reqs for s in r.segments])
-        tokens_in = float(np.sum(ends_in * rec_b)) + int(np.count_nonzero((explicit >= t0) & (explicit <= t1)))
-        decode_runs = rec_b > 0
-        iterations = float(np.sum(ends_in[decode_runs]))
-        mean_batch = float(np.sum(ends_in[decode_runs] * rec_b[decode_runs]) / iterations) if iterations else 0.0
-        busy = np.clip(np.minimum(rec_s + rec_k * rec_d, t1) - np.maximum(rec_s, t0), 0.0, None)
-        utilization = {}
-        for pool, members in self.pools.items():
-            in_pool = np.isin(rec_w, members)
-            utilization[pool] = float(np.sum(busy[in_pool]) / (span * len(members)))
+        explicit = np.array([seg[0] for r in reqs for seg in r.segments])
+        tokens = float(np.sum(ends_in * rec_b)) + int(np.count_nonzero((explicit >= t0) & (explicit < t1)))
+        decode_iterations = float(np.sum(ends_in[rec_b > 0]))
+        mean_batch = float(np.sum(ends_in * rec_b) / decode_iterations) if decode_iterations else 0.0
+        busy_s = np.clip(np.minimum(rec_s + rec_k * rec_d, t1) - np.maximum(rec_s, t0), 0.0, None)
+        rec_w = np.asarray(self.rec_worker)
+        utilization = {pool: float(np.sum(busy_s[np.isin(rec_w, members)]) / (span * len(members)))
+                       for pool, members in self.pools.items()}
         if not self.disaggregated:
-            rec_p = np.asarray(self.rec_p, dtype=np.int64)
-            utilization["prefill_lane"] = float(np.sum(busy[rec_p > 0]) / (span * len(self.workers)))
+            prefill = np.asarray(self.rec_prefill_tokens) > 0
+            utilization["prefill_lane"] = float(np.sum(busy_s[prefill]) / (span * len(self.workers)))
         return SimulationResult(
             arrival_s=issue, ttft_s=first - issue, e2e_s=finish - issue, tpot_s=tpot, output_tokens=n_out,
             input_tokens=np.array([r.n_in for r in measured], dtype=np.int64),
             kv_transfer_s=np.array([r.transfer_s for r in measured]), itl_s=itl, mean_decode_batch=mean_batch,
-            requests_per_s=completions / span, output_tokens_per_s=tokens_in / span, utilization=utilization,
+            requests_per_s=completions / span, output_tokens_per_s=tokens / span, utilization=utilization,
             num_preemptions=self.num_preemptions, recomputed_tokens=self.recomputed_tokens, window_s=span,
         )
 

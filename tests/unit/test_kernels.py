@@ -69,11 +69,6 @@ def test_gemm_is_monotone_in_tokens_and_output_features(gpu, m, n, k, extra):
     assert float(K.gemm_time_s(gpu, m=m, n=n + extra, k=k)) >= t
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="split-K is allowed only in whole chunks of >= 2·gemm_k_half (128 on Hopper), so k=256 may split "
-    "in two and k=240 may not: the deeper reduction is predicted ~12 % faster",
-)
 def test_gemm_is_monotone_in_reduction_depth():
     # m = n = 128 is one output tile: split-K decides how many SMs share the reduction
     k = np.arange(16, 8192, 16)
@@ -187,12 +182,6 @@ def test_doubling_the_prompt_never_makes_prefill_attention_cheaper(gpu, batch, q
     assert t(2 * q) >= t(q)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="wave quantization spreads the FLOPs evenly over (batch × head × 128-query) blocks: a 385th query "
-    "opens a 4th block per head and the same work is predicted to run on 33 % more SMs (the partial block is "
-    "not padded the way the GEMM's edge tiles are)",
-)
 def test_prefill_attention_is_monotone_in_prompt_tokens():
     # Mixtral-8x7B at tp=2 on one H100: 16 query heads and 4 KV heads of width 128 per GPU
     q = np.arange(1, 4097)

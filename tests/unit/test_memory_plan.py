@@ -69,12 +69,6 @@ def test_fp8_weights_keep_the_embeddings_in_16_bit():
     assert weight_bytes_per_gpu(context(LLAMA_70B, weight_dtype="fp8")) == pytest.approx(expected, abs=0.05e9)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with pp > 1 the tied embedding is counted once and halved over the stages, but the first stage "
-    "holds the embedding and the last its own copy as LM head: Qwen3-0.6B pp=2 gives 0.596 GB per GPU "
-    "instead of 0.75 GB (0.22B layer parameters + the 0.156B embedding, in bf16)",
-)
 def test_a_tied_embedding_is_held_by_the_first_and_the_last_stage():
     # Qwen3-0.6B (config.json: vocab 151936, hidden 1024, tie_word_embeddings): 0.596B parameters, of
     # which the 151936 × 1024 embedding; with pp = 2 each stage holds half the layers and one full copy
