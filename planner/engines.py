@@ -44,6 +44,7 @@ def load_engine_profiles() -> Mapping[str, EngineProfile]:
             moe_efficiency_scale=float(entry.get("moe_efficiency_scale", 1.0)),
             moe_overhead_s=float(entry.get("moe_overhead_s", 0.0)),
             request_overhead_s=float(entry.get("request_overhead_s", 0.0)),
+            closed_loop_coherence=float(entry.get("closed_loop_coherence", 0.0)),
             fitted_on=str(entry.get("fitted_on", "")),
         )
     return MappingProxyType(profiles)

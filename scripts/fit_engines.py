@@ -18,6 +18,11 @@ sequence: input preparation, sampling, detokenization) are the engine's overhead
 least squares on the relative error. Only rows where the amortized prefill is under 30 % of the
 predicted TPOT are used, so that the fit is dominated by decode iterations. Rows whose model or
 parallel layout the planner does not know are skipped and counted.
+
+Then, per engine, the TTFT terms (see ``fit_ttft``): the front-end time of a request and the share of a
+fixed-length closed loop that stays in lock-step:
+
+    ttft ≈ o + (1 − φ)·T_random(row) + φ·T_lockstep(row)                                     # Eq. (2)
 """
 
 from __future__ import annotations
@@ -84,6 +89,71 @@ def gpu_terms(row: dict[str, str], engine: EngineProfile) -> tuple[float, float]
     return t_dec, t_pre * c / osl
 
 
+def fit_ttft(engine_id: str, current: dict, shared_dir: Path) -> dict | None:
+    """Fit the engine's front-end overhead and closed-loop coherence on its aggregated rows' mean TTFT.
+
+    Each row's TTFT is evaluated twice with the closed form (planner.serving.evaluate): with independent
+    client phases (T_r) and all in lock-step groups (T_l), both without front-end time; the prediction
+    ``o + (1 − φ)·T_r + φ·T_l`` (Eq. (2)) is linear in the two parameters, fitted by robust least squares on
+    the relative error. Reported with leave-one-model-out errors (each model's rows predicted by a fit on
+    the other models' rows).
+    """
+    import dataclasses
+
+    from planner.engines import load_engine_profiles
+    from planner.serving.evaluate import evaluate
+    from planner.validation.datasets import serving_benchmarks
+    from planner.validation.serving import RowRefused, benchmark_problem
+
+    gpu = find_gpu(load_catalog(), "h100-sxm")
+    models = load_model_catalog()
+    base = load_engine_profiles()[engine_id]
+    random_phase = dataclasses.replace(base, request_overhead_s=0.0, closed_loop_coherence=0.0)
+    lockstep = dataclasses.replace(base, request_overhead_s=0.0, closed_loop_coherence=1.0)
+    data = []
+    for row in serving_benchmarks(shared_dir):
+        if row["backend"] != engine_id or row["mode"] != "agg":
+            continue
+        try:
+            model = models.get(row["model"])
+            p_r = benchmark_problem(row, model=model, gpu=gpu, engines={engine_id: random_phase})
+            p_l = dataclasses.replace(p_r, engine=lockstep)
+            t_r, t_l = evaluate(p_r).ttft_s.mean, evaluate(p_l).ttft_s.mean
+        except (RowRefused, PlannerError):
+            continue
+        meas = row.get("measured_ttft_s")
+        if meas:
+            data.append((t_r, t_l, float(meas), row["model"]))
+    if len(data) < 10:
+        return None
+    arr = np.array([d[:3] for d in data])
+    names = np.array([d[3] for d in data])
+
+    def fit(a: np.ndarray) -> np.ndarray:
+        def res(theta: np.ndarray) -> np.ndarray:
+            return (theta[0] * 1e-3 + (1 - theta[1]) * a[:, 0] + theta[1] * a[:, 1]) / a[:, 2] - 1.0
+        return least_squares(res, x0=[1.0, 0.2], bounds=([0.0, 0.0], [200.0, 1.0]), loss="soft_l1",
+                             f_scale=0.1).x
+
+    theta = fit(arr)
+    pred = theta[0] * 1e-3 + (1 - theta[1]) * arr[:, 0] + theta[1] * arr[:, 1]
+    ape = np.abs(pred / arr[:, 2] - 1) * 100
+    lomo = []
+    for m in sorted(set(names)):
+        if np.sum(names != m) < 10:
+            continue
+        t = fit(arr[names != m])
+        sub = arr[names == m]
+        p_m = t[0] * 1e-3 + (1 - t[1]) * sub[:, 0] + t[1] * sub[:, 1]
+        lomo.extend(np.abs(p_m / sub[:, 2] - 1) * 100)
+    lomo_txt = (f"leave-one-model-out median {np.median(lomo):.1f}%" if lomo else
+                "leave-one-model-out: only one model")
+    print(f"{engine_id}: TTFT front-end {theta[0]:.1f} ms, closed-loop coherence {theta[1]:.3f}; {len(data)} rows; "
+          f"in-sample median APE {np.median(ape):.1f}% p90 {np.percentile(ape, 90):.1f}%; {lomo_txt}")
+    return {"request_overhead_s": float(f"{theta[0] * 1e-3:.5g}"), "closed_loop_coherence": float(f"{theta[1]:.4g}"),
+            "n": len(data), "models": sorted(set(names)), "lomo": lomo_txt}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
@@ -133,22 +203,42 @@ def main() -> None:
     if results.get("sglang") is None and results.get("vllm") is not None:
         results["sglang"] = results["vllm"]
         print("sglang: takes vLLM's overheads (no decode-dominated SGLang rows)")
+    ttft = {}
+    for engine_id in ("vllm", "sglang", "trtllm"):
+        if args.write:  # the TTFT fit evaluates with the host overheads just fitted
+            _write(current, engine_id, results)
+        ttft[engine_id] = fit_ttft(engine_id, current, args.csv.parent.parent)
     if args.write:
-        for engine_id, res in results.items():
-            if res is None:
+        for engine_id, fitted in ttft.items():
+            if fitted is None:
                 continue
-            a_s, b_s, n, models = res
-            current[engine_id]["step_overhead_s"] = float(f"{a_s:.5g}")
-            current[engine_id]["per_sequence_overhead_s"] = float(f"{b_s:.5g}")
-            note = current[engine_id].get("fitted_on", "")
-            parts = [p for p in note.split("; ") if p and not p.startswith("host overheads")
-                     and not p.startswith("initial values")]
-            src = "vLLM's rows" if engine_id == "sglang" and results["sglang"] is results["vllm"] else "its rows"
-            parts.append(f"host overheads: scripts/fit_engines.py, Eq. (1), on {n} decode-dominated aggregated "
-                         f"rows ({src}) of shared/data/serving_benchmarks_h100.csv: {', '.join(models)}")
+            current[engine_id]["request_overhead_s"] = fitted["request_overhead_s"]
+            current[engine_id]["closed_loop_coherence"] = fitted["closed_loop_coherence"]
+            parts = [p for p in current[engine_id].get("fitted_on", "").split("; ") if p and not p.startswith("TTFT")]
+            parts.append(f"TTFT front-end and closed-loop coherence: scripts/fit_engines.py, Eq. (2), on {fitted['n']} "
+                         f"aggregated rows ({', '.join(fitted['models'])}); {fitted['lomo']}")
             current[engine_id]["fitted_on"] = "; ".join(parts)
         ENGINE_FILE.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
         print("wrote", ENGINE_FILE)
+
+
+def _write(current: dict, engine_id: str, results: dict) -> None:
+    res = results.get(engine_id)
+    if res is None:
+        return
+    a_s, b_s, n, models = res
+    current[engine_id]["step_overhead_s"] = float(f"{a_s:.5g}")
+    current[engine_id]["per_sequence_overhead_s"] = float(f"{b_s:.5g}")
+    note = current[engine_id].get("fitted_on", "")
+    parts = [p for p in note.split("; ") if p and not p.startswith("host overheads")
+             and not p.startswith("initial values")]
+    src = "vLLM's rows" if engine_id == "sglang" and results["sglang"] is results["vllm"] else "its rows"
+    parts.append(f"host overheads: scripts/fit_engines.py, Eq. (1), on {n} decode-dominated aggregated "
+                 f"rows ({src}) of shared/data/serving_benchmarks_h100.csv: {', '.join(models)}")
+    current[engine_id]["fitted_on"] = "; ".join(parts)
+    ENGINE_FILE.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
+    from planner.engines import load_engine_profiles
+    load_engine_profiles.cache_clear()
 
 
 if __name__ == "__main__":

@@ -51,6 +51,9 @@ class EngineProfile:
     #: fixed time of the MoE pipeline beyond its two GEMMs: routing top-k, token permutation,
     #: un-permutation and weighted combine [s]
     moe_overhead_s: float = 0.0
+    #: share of a fixed-length closed loop's requests that arrive in lock-step groups (see
+    #: planner/serving/evaluate.py, "lock-step"); 0 = independent phases, 1 = a deterministic simulation
+    closed_loop_coherence: float = 0.0
     #: front-end time of one request outside the GPU iterations: HTTP handling, tokenization, scheduling
     #: admission and delivery of the first token (counted once in TTFT) [s]
     request_overhead_s: float = 0.0

@@ -285,11 +285,45 @@ class AggregatedModel:
         )
 
     # -- closed loop ----------------------------------------------------------------------------------------
-    def mean_e2e_s(self, st: SteadyState) -> FloatArray:
+    def lockstep(self, batch: FloatArray, clients: float) -> tuple[float, FloatArray] | None:
+        """(share, TTFT per batch) of requests arriving in lock-step groups in a fixed-length closed loop.
+
+        With every prompt and output the same length, clients that start together finish together and send
+        their next requests together: the deterministic reference simulation stays in groups of as many
+        prompts as one iteration's budget holds, prefilled in one iteration. Real stacks add jitter (request
+        parsing, tokenization, network) that dissolves part of that phase locking; the share that survives
+        is the engine's ``closed_loop_coherence``, fitted by ``scripts/fit_engines.py`` on the serving
+        benchmarks. None when it does not apply (open loop, varied lengths, groups of one).
+        """
+        w = self.problem.workload
+        phi = float(np.clip(self.problem.engine.closed_loop_coherence, 0.0, 1.0))
+        if (w.arrival.kind != "closed_loop" or phi <= 0 or w.input_tokens.values.size != 1
+                or w.output_tokens.values.size != 1):
+            return None
+        lp = self.mean_prompt_compute
+        b = np.atleast_1d(np.asarray(batch, dtype=np.float64))
+        # chunked: the group shares an iteration with the running decodes; unchunked: a prefill-only one
+        b_it = b if self.dep.chunked_prefill else np.zeros_like(b)
+        c_left = np.maximum(self.dep.token_budget - b_it, 1.0)
+        group = np.clip(np.floor(c_left / lp), 1.0, max(clients, 1.0))
+        if np.all(group <= 1.0):
+            return None
+        t_group = self.tables.mixed(b_it[:, None], (group * lp)[:, None])[:, 0]
+        # groups of one are not lock-step: keep the independent-phase figure there (signalled by NaN)
+        return phi, np.where(group > 1.0, self.problem.engine.request_overhead_s + t_group, np.nan)
+
+    def mean_ttft_s(self, st: SteadyState, clients: float | None = None) -> FloatArray:
         w = self.in_weights[None, :]
         ttft = self.problem.engine.request_overhead_s + st.queue_wait_s + st.residual_s + np.sum(
             w * st.own_prefill_s, axis=1)
-        return ttft + self.mean_decode_steps * st.mean_iteration_s
+        lock = self.lockstep(st.batch, clients) if clients is not None else None
+        if lock is not None:
+            phi, t_lock = lock
+            ttft = np.where(np.isfinite(t_lock), (1.0 - phi) * ttft + phi * np.nan_to_num(t_lock), ttft)
+        return ttft
+
+    def mean_e2e_s(self, st: SteadyState, clients: float | None = None) -> FloatArray:
+        return self.mean_ttft_s(st, clients) + self.mean_decode_steps * st.mean_iteration_s
 
     def saturation_rate_per_s(self, arrival_scv: float = 1.0, wait_scale: float = 1.0) -> float:
         """Largest stable per-replica arrival rate (the top of the λ(B) curve)."""
@@ -301,7 +335,7 @@ class AggregatedModel:
         scale = max(clients - 1.0, 0.0) / clients
         b, _, ok = self._curve()
         st = self._at_batch(b[ok], arrival_scv, scale)
-        pops = np.maximum.accumulate(st.rate_per_s * self.mean_e2e_s(st))
+        pops = np.maximum.accumulate(st.rate_per_s * self.mean_e2e_s(st, clients))
         if clients >= pops[-1]:
             return float(st.rate_per_s[-1])  # saturated: the extra clients queue
         lam = float(np.interp(clients, pops, st.rate_per_s))
@@ -309,7 +343,7 @@ class AggregatedModel:
         lo, hi = lam * 0.98, min(lam * 1.02, float(st.rate_per_s[-1]))
         for _ in range(3):
             pair = self.steady_state(np.array([lo, hi]), arrival_scv, scale)
-            n_lo, n_hi = np.array([lo, hi]) * self.mean_e2e_s(pair)
+            n_lo, n_hi = np.array([lo, hi]) * self.mean_e2e_s(pair, clients)
             if n_hi == n_lo:
                 break
             lam = float(np.clip(lo + (clients - n_lo) * (hi - lo) / (n_hi - n_lo), 0.0, float(st.rate_per_s[-1])))

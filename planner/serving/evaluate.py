@@ -55,12 +55,15 @@ def _compress(values: FloatArray, weights: FloatArray, k: int = MAX_POINTS) -> t
     return v[idx], np.full(k, 1.0 / k)
 
 
-def _shifted_cdf(t: float, shifts: FloatArray, weights: FloatArray, p_wait: float, mean_wait: float) -> float:
+def _shifted_cdf(t: float, shifts: FloatArray, weights: FloatArray, p_wait: FloatArray | float,
+                 mean_wait: FloatArray | float) -> float:
     gap = t - shifts
-    if p_wait <= 0 or mean_wait <= 0:
-        return float(np.sum(weights * (gap >= 0)))
-    theta = mean_wait / p_wait
-    return float(np.sum(weights * (gap >= 0) * (1.0 - p_wait * np.exp(-np.maximum(gap, 0.0) / theta))))
+    p = np.broadcast_to(np.asarray(p_wait, dtype=np.float64), shifts.shape)
+    m = np.broadcast_to(np.asarray(mean_wait, dtype=np.float64), shifts.shape)
+    waits = (p > 0) & (m > 0)
+    theta = np.where(waits, m / np.where(waits, p, 1.0), 1.0)
+    tail = np.where(waits, p * np.exp(-np.maximum(gap, 0.0) / theta), 0.0)
+    return float(np.sum(weights * (gap >= 0) * (1.0 - tail)) / np.sum(weights))
 
 
 def _tpot_distribution(itl_values: FloatArray, itl_weights: FloatArray, out_values: FloatArray,
@@ -128,7 +131,8 @@ def _operating_rate(model: AggregatedModel | DisaggregatedModel, problem: Servin
         lam = model.closed_loop_rate_per_s(clients, scv)
         scale = max(clients - 1.0, 0.0) / clients
         st = model.steady_state(np.array([lam]), scv, scale)
-        e2e = float(model.mean_e2e_s(st)[0])
+        e2e = float(model.mean_e2e_s(st, clients)[0]) if isinstance(model, AggregatedModel) else float(
+            model.mean_e2e_s(st)[0])
         extra = max(0.0, clients / lam - e2e) if lam > 0 else 0.0
         return lam, scv, scale, extra if extra > 0.01 * e2e else 0.0, False
     scv = arr.arrival_cv**2
@@ -171,8 +175,18 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
     in_w = model.in_weights
     ttft_mean = overhead + residual + float(np.dot(in_w, own)) + (wq if np.isfinite(wq) else 0.0)
     wq_f = wq if np.isfinite(wq) else 0.0
-    ttft_q = Q.quantiles_of_shifted_wait(shifts, in_w, p_wait=p_wait if wq_f > 0 else 0.0, mean_wait_s=wq_f,
-                                         quantiles=QUANTILES)
+    p_w = np.full(shifts.shape, p_wait if wq_f > 0 else 0.0)
+    m_w = np.full(shifts.shape, wq_f)
+    clients_rep = float(w.arrival.concurrency) / replicas if w.arrival.kind == "closed_loop" else None
+    # (a saturated loop queues for batch slots: its TTFT is the queue, not lock-step groups)
+    lock = model.lockstep(st.batch[i:i + 1], clients_rep) if clients_rep is not None and extra == 0 else None
+    if lock is not None and np.isfinite(lock[1][0]):
+        phi, t_lock = lock[0], float(lock[1][0])
+        ttft_mean = (1.0 - phi) * ttft_mean + phi * t_lock
+        shifts = np.concatenate([shifts, [t_lock]])
+        in_w = np.concatenate([(1.0 - phi) * in_w, [phi]])
+        p_w, m_w = np.concatenate([p_w, [0.0]]), np.concatenate([m_w, [0.0]])
+    ttft_q = Q.quantiles_of_shifted_wait(shifts, in_w, p_wait=p_w, mean_wait_s=m_w, quantiles=QUANTILES)
     # ITL: decode-only iterations and mixed (or prefill) ones, as a stream sees them
     p_mixed = float(min(st.mixed_iteration_rate_per_s[i] / st.iteration_rate_per_s[i], 1.0))
     if dep.chunked_prefill:
@@ -192,10 +206,11 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
     itl_q = Q.weighted_quantiles(itl_v, itl_w, QUANTILES)
     out_v, out_w = w.output_tokens.values, w.output_tokens.weights
     tpot_mean, tpot_q = _tpot_distribution(itl_v, itl_w, out_v, out_w)
-    e2e_shift, e2e_w = _compress((shifts[:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean),
-                                 in_w[:, None] * out_w[None, :])
-    e2e_q = Q.quantiles_of_shifted_wait(e2e_shift, e2e_w, p_wait=p_wait if wq_f > 0 else 0.0, mean_wait_s=wq_f,
-                                        quantiles=QUANTILES)
+    e2e_pts = shifts[:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean
+    e2e_q = Q.quantiles_of_shifted_wait(
+        e2e_pts.ravel(), (in_w[:, None] * out_w[None, :]).ravel(),
+        p_wait=np.broadcast_to(p_w[:, None], e2e_pts.shape).ravel(),
+        mean_wait_s=np.broadcast_to(m_w[:, None], e2e_pts.shape).ravel(), quantiles=QUANTILES)
     e2e_mean = ttft_mean + model.mean_decode_steps * itl_mean
     rps = lam * replicas
     gpus = dep.parallelism.num_gpus * dep.replicas
@@ -212,7 +227,8 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
     }
     limiting = {"prefill_lane": "prefill", "decode_batch": "decode", "kv_cache": "kv_capacity"}[
         max(util, key=lambda k: util[k])]
-    breakdown = TtftBreakdown(queue=(wq_f + residual), prefill=float(np.dot(in_w, own)), kv_transfer=0.0,
+    own_mean = float(np.dot(model.in_weights, own))
+    breakdown = TtftBreakdown(queue=max(ttft_mean - own_mean - overhead, 0.0), prefill=own_mean, kv_transfer=0.0,
                               overheads=overhead)
     ev = dict(
         ttft_s=_stats(ttft_mean, ttft_q), itl_s=_stats(itl_mean, itl_q), tpot_s=_stats(tpot_mean, tpot_q),
@@ -221,7 +237,7 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
         output_tokens_per_s_per_user=1.0 / tpot_mean if tpot_mean > 0 else 0.0, utilization=util,
         mean_decode_batch=float(st.batch[i]), num_gpus=gpus, feasible=feasible, limiting_resource=limiting,
     )
-    return _finish(problem, ev, shifts, in_w, p_wait if wq_f > 0 else 0.0, wq_f, itl_q, itl_v, itl_w, rps, warnings)
+    return _finish(problem, ev, shifts, in_w, p_w, m_w, itl_q, itl_v, itl_w, rps, warnings)
 
 
 def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
@@ -294,7 +310,8 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
                    warnings)
 
 
-def _finish(problem: ServingProblem, ev: dict, shifts: FloatArray, weights: FloatArray, p_wait: float, wq: float,
+def _finish(problem: ServingProblem, ev: dict, shifts: FloatArray, weights: FloatArray,
+            p_wait: FloatArray | float, wq: FloatArray | float,
             itl_q: FloatArray, itl_v: FloatArray, itl_w: FloatArray, rps: float, warnings: list[str]) -> Evaluation:
     slo = problem.slo
     if slo is not None and (slo.ttft_s is not None or slo.itl_s is not None):

@@ -82,30 +82,35 @@ def ggc_wait_array(
 
 
 def quantiles_of_shifted_wait(
-    shifts_s: ArrayLike, weights: ArrayLike, *, p_wait: float, mean_wait_s: float, quantiles: ArrayLike
+    shifts_s: ArrayLike, weights: ArrayLike, *, p_wait: ArrayLike, mean_wait_s: ArrayLike, quantiles: ArrayLike
 ) -> FloatArray:
     """Quantiles of ``W + S`` where ``S`` takes value ``shifts_s[i]`` with probability ``weights[i]`` and ``W``
-    (independent) is 0 with probability ``1 − p_wait`` and otherwise exponential with mean ``mean_wait_s/p_wait``.
+    (independent) is 0 with probability ``1 − p_wait`` and otherwise exponential with mean ``mean_wait_s/p_wait``
+    (``p_wait`` and ``mean_wait_s`` may differ per point: a mixture of such components).
 
-    The CDF is a closed form, ``F(t) = Σ_i w_i · 1{t ≥ s_i} · (1 − p_wait · exp(−(t − s_i)/θ))``; each quantile is
+    The CDF is a closed form, ``F(t) = Σ_i w_i · 1{t ≥ s_i} · (1 − p_i · exp(−(t − s_i)/θ_i))``; each quantile is
     found by vectorized bisection (60 halvings: below 1e-15 relative).
     """
     s = np.asarray(shifts_s, dtype=np.float64).ravel()
     w = np.asarray(weights, dtype=np.float64).ravel()
     w = w / w.sum()
+    p = np.broadcast_to(np.asarray(p_wait, dtype=np.float64), s.shape)
+    m = np.broadcast_to(np.asarray(mean_wait_s, dtype=np.float64), s.shape)
+    waits = (p > 0) & (m > 0)
+    p = np.where(waits, p, 0.0)
+    theta = np.where(waits, m / np.where(waits, p, 1.0), 1.0)
     q = np.atleast_1d(np.asarray(quantiles, dtype=np.float64))
-    if p_wait <= 0.0 or mean_wait_s <= 0.0:
-        order = np.argsort(s)
-        cdf = np.cumsum(w[order])
-        idx = np.minimum(np.searchsorted(cdf, q - 1e-12), len(s) - 1)
-        return s[order][idx]
-    theta = mean_wait_s / p_wait
+    if not np.any(waits):
+        return weighted_quantiles(s, w, q)
+    top = float(np.max(np.where(waits, theta * (np.log(np.maximum(p, 1e-300)) + 1.0), 0.0)))
     lo = np.full(q.shape, float(s.min()))
-    hi = np.full(q.shape, float(s.max()) + theta * (np.maximum(np.log(p_wait / np.maximum(1e-12, 1.0 - q)), 0.0) + 1.0))
+    hi = np.full(q.shape, float(s.max()) + float(np.max(theta[waits])) * (
+        np.maximum(np.log(1.0 / np.maximum(1e-12, 1.0 - q)), 0.0) + 1.0) + max(top, 0.0))
     for _ in range(60):
         mid = 0.5 * (lo + hi)
         gap = mid[:, None] - s[None, :]
-        cdf = np.sum(w[None, :] * (gap >= 0) * (1.0 - p_wait * np.exp(-np.maximum(gap, 0.0) / theta)), axis=1)
+        cdf = np.sum(w[None, :] * (gap >= 0) * (1.0 - p[None, :] * np.exp(-np.maximum(gap, 0.0) / theta[None, :])),
+                     axis=1)
         below = cdf < q
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
