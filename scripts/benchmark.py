@@ -130,6 +130,31 @@ def core_benchmarks(repeats: int) -> list[Result]:
     return results
 
 
+EVALUATE_BODIES = {
+    "aggregated, closed loop 64, fixed 4000/500, Llama-3.1-8B tp1": {
+        "model": "meta-llama/Llama-3.1-8B",
+        "deployment": {"mode": "aggregated", "gpu": "h100-sxm", "parallelism": {"tp": 1}},
+        "workload": {"input_tokens": 4000, "output_tokens": 500,
+                     "arrival": {"kind": "closed_loop", "concurrency": 64}},
+    },
+    "aggregated, Poisson 8/s, lognormal lengths, Llama-3.1-70B tp4": {
+        "model": "meta-llama/Llama-3.1-70B",
+        "deployment": {"mode": "aggregated", "gpu": "h100-sxm", "parallelism": {"tp": 4}},
+        "workload": {"input_tokens": {"distribution": "lognormal", "median": 1730, "p90": 5696},
+                     "output_tokens": {"distribution": "lognormal", "median": 300, "p90": 900},
+                     "arrival": {"kind": "poisson", "rate_per_s": 8.0}},
+    },
+    "disaggregated 2×tp2 + 1×tp4, Poisson 4/s, Llama-3.1-70B": {
+        "model": "meta-llama/Llama-3.1-70B",
+        "deployment": {"mode": "disaggregated",
+                       "prefill": {"gpu": "h100-sxm", "parallelism": {"tp": 2}, "workers": 2},
+                       "decode": {"gpu": "h100-sxm", "parallelism": {"tp": 4}, "workers": 1}},
+        "workload": {"input_tokens": {"distribution": "lognormal", "median": 1730, "p90": 5696},
+                     "output_tokens": 415, "arrival": {"kind": "poisson", "rate_per_s": 4.0}},
+    },
+}
+
+
 async def _api_benchmarks(requests: int) -> list[Result]:
     import httpx
 
@@ -156,6 +181,17 @@ async def _api_benchmarks(requests: int) -> list[Result]:
                 response.raise_for_status()
             name = f"POST {path} · Llama-3.1-70B tp4 h100-sxm (httpx.ASGITransport)"
             results.append(summarize(name, timings, unit="requests/s"))
+        for label, body in EVALUATE_BODIES.items():
+            for _ in range(5):
+                (await client.post("/v1/evaluate", json=body)).raise_for_status()
+            timings = np.empty(requests)
+            for i in range(requests):
+                start = time.perf_counter()
+                response = await client.post("/v1/evaluate", json=body)
+                timings[i] = time.perf_counter() - start
+                response.raise_for_status()
+            results.append(summarize(f"POST /v1/evaluate · {label} (httpx.ASGITransport)", timings,
+                                     unit="requests/s"))
     return results
 
 

@@ -206,11 +206,21 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
     itl_q = Q.weighted_quantiles(itl_v, itl_w, QUANTILES)
     out_v, out_w = w.output_tokens.values, w.output_tokens.weights
     tpot_mean, tpot_q = _tpot_distribution(itl_v, itl_w, out_v, out_w)
-    e2e_pts = shifts[:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean
-    e2e_q = Q.quantiles_of_shifted_wait(
-        e2e_pts.ravel(), (in_w[:, None] * out_w[None, :]).ravel(),
-        p_wait=np.broadcast_to(p_w[:, None], e2e_pts.shape).ravel(),
-        mean_wait_s=np.broadcast_to(m_w[:, None], e2e_pts.shape).ravel(), quantiles=QUANTILES)
+    # e2e over prompt × output points, re-binned per waiting regime (queued, lock-step) to keep it cheap
+    pts, wts, pws, mws = [], [], [], []
+    for regime in np.unique(np.stack([p_w, m_w], axis=1), axis=0):
+        sel = (p_w == regime[0]) & (m_w == regime[1])
+        if float(np.sum(in_w[sel])) <= 0.0:
+            continue
+        grid = shifts[sel][:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean
+        v, wt = _compress(grid, in_w[sel][:, None] * out_w[None, :], MAX_POINTS // 2)
+        share = float(np.sum(in_w[sel]))
+        pts.append(v)
+        wts.append(wt * share)
+        pws.append(np.full(v.shape, regime[0]))
+        mws.append(np.full(v.shape, regime[1]))
+    e2e_q = Q.quantiles_of_shifted_wait(np.concatenate(pts), np.concatenate(wts), p_wait=np.concatenate(pws),
+                                        mean_wait_s=np.concatenate(mws), quantiles=QUANTILES)
     e2e_mean = ttft_mean + model.mean_decode_steps * itl_mean
     rps = lam * replicas
     gpus = dep.parallelism.num_gpus * dep.replicas
