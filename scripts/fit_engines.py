@@ -150,8 +150,9 @@ def fit_ttft(engine_id: str, current: dict, shared_dir: Path) -> dict | None:
                 "leave-one-model-out: only one model")
     print(f"{engine_id}: TTFT front-end {theta[0]:.1f} ms, closed-loop coherence {theta[1]:.3f}; {len(data)} rows; "
           f"in-sample median APE {np.median(ape):.1f}% p90 {np.percentile(ape, 90):.1f}%; {lomo_txt}")
+    at_bound = bool(theta[0] >= 199.0 or theta[1] >= 0.999)
     return {"request_overhead_s": float(f"{theta[0] * 1e-3:.5g}"), "closed_loop_coherence": float(f"{theta[1]:.4g}"),
-            "n": len(data), "models": sorted(set(names)), "lomo": lomo_txt}
+            "n": len(data), "models": sorted(set(names)), "lomo": lomo_txt, "at_bound": at_bound}
 
 
 def main() -> None:
@@ -208,6 +209,13 @@ def main() -> None:
         if args.write:  # the TTFT fit evaluates with the host overheads just fitted
             _write(current, engine_id, results)
         ttft[engine_id] = fit_ttft(engine_id, current, args.csv.parent.parent)
+    for engine_id, fitted in ttft.items():
+        if fitted is not None and engine_id != "vllm" and fitted["at_bound"] and ttft.get("vllm"):
+            # a fit that runs into its bounds says the model's structure does not hold for this engine:
+            # do not ship its degenerate numbers, take vLLM's and say so
+            print(f"{engine_id}: TTFT fit hit its bounds; taking vLLM's TTFT parameters instead")
+            fitted = dict(ttft["vllm"], lomo=f"fit on its own rows hit the bounds ({fitted['lomo']}); vLLM's values")
+            ttft[engine_id] = fitted
     if args.write:
         for engine_id, fitted in ttft.items():
             if fitted is None:

@@ -1,0 +1,394 @@
+"""The closed form against the reference simulation, over a grid of deployments and loads.
+
+Issue 3, section 5: from light load to 90 % utilization, for aggregated (chunked and unchunked) and
+disaggregated serving, for Poisson and closed-loop arrivals, the closed-form mean and p90 of TTFT and ITL
+(:func:`planner.serving.evaluate.evaluate`) should stay within 15 % of the discrete-event simulation of the
+same scheduler (:func:`planner.validation.simulator.simulate`), the p99 within 25 %.
+
+Both sides are given the same problem, with three readings that make them describe the same system:
+
+- the engine's ``closed_loop_coherence`` is set to 1: it is the share of a fixed-length closed loop's
+  requests that stay in lock-step groups, fitted on real benchmarks whose jitter dissolves part of the
+  phase locking; the simulation has no jitter, so its loops stay locked (``1`` is the deterministic
+  value). It has no effect with lognormal lengths;
+- the front-end time ``request_overhead_s`` is set to 0 by default: both sides add it unchanged to every
+  TTFT, so keeping it only dilutes the relative error of the scheduler model (``keep_front_end=True``
+  keeps the engine's value);
+- disaggregated: the simulation is given the closed form's exposed KV-transfer time per prompt
+  (``DisaggregatedModel.transfer_s``: hand-off, last layer, what the prefill cannot hide), instead of its
+  default (the whole cache over the NIC), so that the comparison is of the queues, not of two link models.
+
+Used by ``scripts/serving_crosscheck.py`` (the report ``docs/accuracy_crosscheck.md``) and
+``tests/unit/test_serving_crosscheck.py``; never by the API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from planner.costs.types import CostContext, EngineProfile, Parallelism
+from planner.hardware import GpuSpec
+from planner.models import ModelArchitecture
+from planner.serving.aggregated import AggregatedModel
+from planner.serving.disaggregated import DisaggregatedModel
+from planner.serving.evaluate import evaluate
+from planner.serving.types import (
+    AggregatedDeployment,
+    DisaggregatedDeployment,
+    LatencyStats,
+    PoolSpec,
+    ServingProblem,
+)
+from planner.serving.workload import Arrival, LengthDistribution, Workload, fixed_length, lognormal_lengths
+from planner.validation.metrics import summarize
+from planner.validation.simulator import CostModelStepTime, simulate
+
+Mode = Literal["aggregated_chunked", "aggregated_unchunked", "disaggregated"]
+MODES: tuple[Mode, ...] = ("aggregated_chunked", "aggregated_unchunked", "disaggregated")
+#: the two latency metrics compared, as named by ``Evaluation`` and ``SimulationResult.stats``
+METRICS = ("ttft_s", "itl_s")
+STATISTICS = ("mean", "p90", "p99")
+#: allowed |closed form / simulation − 1| per statistic (issue 3, section 5)
+TOLERANCE_FRACTION: Mapping[str, float] = {"mean": 0.15, "p90": 0.15, "p99": 0.25}
+#: offered Poisson rates as fractions of the closed form's saturation rate
+POISSON_LOAD_FRACTIONS = (0.1, 0.3, 0.5, 0.7, 0.9)
+#: closed-loop client counts of the default grid
+CLOSED_LOOP_CONCURRENCIES = (4, 16, 64)
+#: token budget of the chunked deployments: small enough that long prompts are split into chunks
+CHUNKED_TOKEN_BUDGET = 2048
+#: token budget of the unchunked deployments and of the disaggregated pools: holds the longest prompt
+UNCHUNKED_TOKEN_BUDGET = 8192
+
+
+# --------------------------------------------------------------------------------------------------
+# the grid
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """A deployment and its request lengths, to be offered several loads."""
+
+    #: model and worker, e.g. ``"Llama-3.1-8B · h100-sxm tp1"``
+    label: str
+    mode: Mode
+    #: ``"lognormal"`` or ``"fixed"``
+    lengths: str
+    model: ModelArchitecture
+    engine: EngineProfile
+    weight_dtype: str
+    kv_dtype: str
+    deployment: AggregatedDeployment | DisaggregatedDeployment
+    input_tokens: LengthDistribution
+    output_tokens: LengthDistribution
+
+    def problem(self, arrival: Arrival) -> ServingProblem:
+        workload = Workload(input_tokens=self.input_tokens, output_tokens=self.output_tokens, arrival=arrival)
+        return ServingProblem(model=self.model, engine=self.engine, weight_dtype=self.weight_dtype,
+                              kv_dtype=self.kv_dtype, deployment=self.deployment, workload=workload)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadPoint:
+    """One arrival process offered to a scenario."""
+
+    arrival: Arrival
+    #: ``"ρ=0.50"`` (open loop) or ``"N=16"`` (closed loop)
+    label: str
+    #: offered rate / the closed form's saturation rate (open loop); None for a closed loop
+    load_fraction: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """A scenario at one load point."""
+
+    scenario: Scenario
+    point: LoadPoint
+
+    @property
+    def problem(self) -> ServingProblem:
+        return self.scenario.problem(self.point.arrival)
+
+    @property
+    def name(self) -> str:
+        s = self.scenario
+        return f"{s.label} · {s.mode} · {s.lengths} · {self.point.label}"
+
+
+def crosscheck_engine(engine: EngineProfile, *, keep_front_end: bool = False) -> EngineProfile:
+    """The engine profile both sides are given: lock-step coherence 1 (the deterministic simulation's
+    value) and, unless ``keep_front_end``, no front-end time (see the module docstring)."""
+    changes: dict[str, float] = {"closed_loop_coherence": 1.0}
+    if not keep_front_end:
+        changes["request_overhead_s"] = 0.0
+    return dataclasses.replace(engine, **changes)
+
+
+def deployment_for(mode: Mode, gpu: GpuSpec, parallelism: Parallelism, *, max_batch_size: int = 256
+                   ) -> AggregatedDeployment | DisaggregatedDeployment:
+    """One replica (aggregated) or one prefill + one decode worker of ``gpu`` × ``parallelism``.
+
+    The disaggregated prefill worker runs one prompt per pass (``max_batch_size=1``), the pool the
+    closed form models (an M/G/c queue of single-prompt passes).
+    """
+    if mode == "aggregated_chunked":
+        return AggregatedDeployment(gpu=gpu, parallelism=parallelism, max_batch_size=max_batch_size,
+                                    token_budget=CHUNKED_TOKEN_BUDGET, chunked_prefill=True)
+    if mode == "aggregated_unchunked":
+        return AggregatedDeployment(gpu=gpu, parallelism=parallelism, max_batch_size=max_batch_size,
+                                    token_budget=UNCHUNKED_TOKEN_BUDGET, chunked_prefill=False)
+    return DisaggregatedDeployment(
+        prefill=PoolSpec(gpu=gpu, parallelism=parallelism, workers=1, max_batch_size=1,
+                         token_budget=UNCHUNKED_TOKEN_BUDGET),
+        decode=PoolSpec(gpu=gpu, parallelism=parallelism, workers=1, max_batch_size=max_batch_size,
+                        token_budget=UNCHUNKED_TOKEN_BUDGET),
+    )
+
+
+def lognormal_workload() -> tuple[LengthDistribution, LengthDistribution]:
+    """Prompts of median 1000 and p90 3000 tokens (the longest point 7944), outputs of median 150 and p90
+    450 (the longest 1192)."""
+    return lognormal_lengths(median=1000, p90=3000), lognormal_lengths(median=150, p90=450)
+
+
+def fixed_workload() -> tuple[LengthDistribution, LengthDistribution]:
+    """512-token prompts and 256-token outputs: up to three prompts fit one chunked iteration, so a
+    closed loop forms lock-step groups."""
+    return fixed_length(512), fixed_length(256)
+
+
+def saturation_rate_per_s(problem: ServingProblem) -> float:
+    """The closed form's largest stable arrival rate of the whole deployment [requests/s]."""
+    dep = problem.deployment
+    if isinstance(dep, AggregatedDeployment):
+        return AggregatedModel(problem).saturation_rate_per_s() * dep.replicas
+    return DisaggregatedModel(problem).saturation_rate_per_s()
+
+
+def poisson_points(scenario: Scenario, fractions: Sequence[float] = POISSON_LOAD_FRACTIONS) -> list[LoadPoint]:
+    """Poisson arrivals at ``fractions`` of the closed form's saturation rate."""
+    probe = scenario.problem(Arrival(kind="poisson", rate_per_s=1.0))
+    saturation = saturation_rate_per_s(probe)
+    return [LoadPoint(arrival=Arrival(kind="poisson", rate_per_s=f * saturation), label=f"ρ={f:.2f}",
+                      load_fraction=float(f)) for f in fractions]
+
+
+def closed_loop_points(concurrencies: Sequence[int] = CLOSED_LOOP_CONCURRENCIES) -> list[LoadPoint]:
+    return [LoadPoint(arrival=Arrival(kind="closed_loop", concurrency=int(n)), label=f"N={int(n)}")
+            for n in concurrencies]
+
+
+def scenario_cases(scenario: Scenario, *, fractions: Sequence[float] = POISSON_LOAD_FRACTIONS,
+                   concurrencies: Sequence[int] = CLOSED_LOOP_CONCURRENCIES) -> list[Case]:
+    """Lognormal lengths: the Poisson loads and the closed loops; fixed lengths: the closed loops only."""
+    points = closed_loop_points(concurrencies)
+    if scenario.lengths == "lognormal":
+        points = poisson_points(scenario, fractions) + points
+    return [Case(scenario=scenario, point=p) for p in points]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Worker:
+    """A model on a worker configuration of the default grid."""
+
+    label: str
+    model: ModelArchitecture
+    gpu: GpuSpec
+    parallelism: Parallelism
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+
+
+def default_scenarios(workers: Iterable[Worker], engine: EngineProfile, *,
+                      modes: Sequence[Mode] = MODES) -> list[Scenario]:
+    """Every worker × mode × length law (lognormal, fixed), on ``crosscheck_engine(engine)``."""
+    engine = crosscheck_engine(engine)
+    scenarios = []
+    for w in workers:
+        for mode in modes:
+            for lengths, (inputs, outputs) in (("lognormal", lognormal_workload()), ("fixed", fixed_workload())):
+                scenarios.append(Scenario(
+                    label=w.label, mode=mode, lengths=lengths, model=w.model, engine=engine,
+                    weight_dtype=w.weight_dtype, kv_dtype=w.kv_dtype,
+                    deployment=deployment_for(mode, w.gpu, w.parallelism), input_tokens=inputs,
+                    output_tokens=outputs))
+    return scenarios
+
+
+# --------------------------------------------------------------------------------------------------
+# running one case
+# --------------------------------------------------------------------------------------------------
+
+
+class StepTimeMemos:
+    """One :class:`CostModelStepTime` per worker configuration, shared by every run that uses it.
+
+    An instance (never a class attribute) is passed to :func:`compare`; a memo is keyed by what the
+    iteration time depends on (model, GPU, parallelism, dtypes, the engine's cost fields, batch cap and
+    token budget).
+    """
+
+    def __init__(self) -> None:
+        self._memos: dict[tuple[object, ...], CostModelStepTime] = {}
+
+    def __len__(self) -> int:
+        return len(self._memos)
+
+    def for_problem(self, problem: ServingProblem) -> CostModelStepTime | None:
+        """The memo of the problem's workers; None when the two pools of a disaggregated deployment differ
+        (the simulator then builds one per pool: its ``step_time`` serves every worker)."""
+        dep = problem.deployment
+        if isinstance(dep, AggregatedDeployment):
+            gpu, par, max_batch, budget = dep.gpu, dep.parallelism, dep.max_batch_size, dep.token_budget
+        else:
+            pre, dec = dep.prefill, dep.decode
+            if pre.gpu.id != dec.gpu.id or pre.parallelism != dec.parallelism:
+                return None
+            gpu, par = dec.gpu, dec.parallelism
+            max_batch, budget = dec.max_batch_size, max(pre.token_budget, dec.token_budget)
+        # the fields that do not enter an iteration's time do not split the memo
+        engine = dataclasses.replace(problem.engine, closed_loop_coherence=0.0, request_overhead_s=0.0,
+                                     fitted_on="")
+        key = (problem.model.id, gpu.id, par, problem.weight_dtype, problem.kv_dtype, engine, max_batch, budget)
+        memo = self._memos.get(key)
+        if memo is None:
+            ctx = CostContext(model=problem.model, gpu=gpu, engine=problem.engine,
+                              weight_dtype=problem.weight_dtype, kv_dtype=problem.kv_dtype, parallelism=par)
+            memo = CostModelStepTime(ctx, max_batch_size=max_batch, token_budget=budget)
+            self._memos[key] = memo
+        return memo
+
+
+def exposed_kv_transfer(problem: ServingProblem) -> Callable[[int], float] | None:
+    """The closed form's exposed KV-transfer time [s] of a prompt of ``n`` tokens (disaggregated only).
+
+    Exact at the length distribution's points (the only lengths the simulation draws), linearly
+    interpolated between them otherwise.
+    """
+    if not isinstance(problem.deployment, DisaggregatedDeployment):
+        return None
+    model = DisaggregatedModel(problem)
+    tokens = np.asarray(model.in_values, dtype=np.float64)
+    seconds = np.asarray(model.transfer_s, dtype=np.float64)
+    order = np.argsort(tokens)
+    tokens, seconds = tokens[order], seconds[order]
+    exact = {int(round(t)): float(s) for t, s in zip(tokens, seconds, strict=True)}
+
+    def transfer_s(prompt_tokens: int) -> float:
+        hit = exact.get(int(prompt_tokens))
+        return hit if hit is not None else float(np.interp(prompt_tokens, tokens, seconds))
+
+    return transfer_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    """The closed form and the simulation of one case."""
+
+    case: Case
+    #: ``"ttft_s"`` and ``"itl_s"`` of each side [s]
+    closed_form: Mapping[str, LatencyStats]
+    simulated: Mapping[str, LatencyStats]
+    closed_form_requests_per_s: float
+    simulated_requests_per_s: float
+    closed_form_decode_batch: float
+    simulated_decode_batch: float
+    #: the closed form's verdict on the operating point (False: beyond its saturation)
+    closed_form_feasible: bool
+    num_preemptions: int
+    num_requests: int
+
+    def error_fraction(self, metric: str, statistic: str) -> float:
+        """Signed relative error (closed form − simulation) / simulation."""
+        predicted = float(getattr(self.closed_form[metric], statistic))
+        measured = float(getattr(self.simulated[metric], statistic))
+        return predicted / measured - 1.0
+
+    def within_tolerance(self, metric: str, statistic: str) -> bool:
+        return bool(abs(self.error_fraction(metric, statistic)) <= TOLERANCE_FRACTION[statistic])
+
+    def misses(self) -> list[tuple[str, str, float]]:
+        """(metric, statistic, signed error) of every statistic outside its tolerance."""
+        return [(m, s, self.error_fraction(m, s)) for m in METRICS for s in STATISTICS
+                if not self.within_tolerance(m, s)]
+
+
+def compare(case: Case, *, num_requests: int = 6000, warmup_fraction: float = 0.1, seed: int = 0,
+            memos: StepTimeMemos | None = None) -> Comparison:
+    """Evaluate the case in closed form and simulate it (``num_requests``, the first ``warmup_fraction``
+    of them left out), the simulation on the shared step-time memo of its workers."""
+    problem = case.problem
+    ev = evaluate(problem)
+    memo = (memos or StepTimeMemos()).for_problem(problem)
+    res = simulate(problem, num_requests=num_requests, warmup_requests=int(round(warmup_fraction * num_requests)),
+                   seed=seed, step_time=memo, kv_transfer_s=exposed_kv_transfer(problem))
+    return Comparison(
+        case=case, closed_form={"ttft_s": ev.ttft_s, "itl_s": ev.itl_s},
+        simulated={m: res.stats(m) for m in METRICS},
+        closed_form_requests_per_s=ev.requests_per_s, simulated_requests_per_s=res.requests_per_s,
+        closed_form_decode_batch=ev.mean_decode_batch, simulated_decode_batch=res.mean_decode_batch,
+        closed_form_feasible=ev.feasible, num_preemptions=res.num_preemptions, num_requests=num_requests,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# summaries
+# --------------------------------------------------------------------------------------------------
+
+
+def arrival_group(case: Case) -> str:
+    """``"poisson"``, ``"closed loop · lognormal"`` or ``"closed loop · fixed"``: a fixed-length closed loop
+    runs in lock-step groups, a mechanism of its own."""
+    if case.point.arrival.kind == "closed_loop":
+        return f"closed loop · {case.scenario.lengths}"
+    return case.point.arrival.kind
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupSummary:
+    """|relative error| of one statistic over the cases of one mode × arrival group."""
+
+    mode: Mode
+    arrival: str
+    metric: str
+    statistic: str
+    num_cases: int
+    median_fraction: float
+    worst_fraction: float
+    #: the signed error of the worst case, and its name
+    worst_signed_fraction: float
+    worst_case: str
+    num_within: int
+    tolerance_fraction: float
+
+    @property
+    def verdict(self) -> str:
+        """PASS when every case of the group is within the tolerance (the issue's "stays within")."""
+        return "PASS" if self.num_within == self.num_cases else "MISS"
+
+
+def summarize_groups(comparisons: Sequence[Comparison]) -> list[GroupSummary]:
+    """One summary per mode × arrival group × metric × statistic, in grid order."""
+    groups: dict[tuple[Mode, str], list[Comparison]] = {}
+    for c in comparisons:
+        groups.setdefault((c.case.scenario.mode, arrival_group(c.case)), []).append(c)
+    out = []
+    for (mode, arrival), members in groups.items():
+        for metric in METRICS:
+            for statistic in STATISTICS:
+                signed = np.array([c.error_fraction(metric, statistic) for c in members])
+                s = summarize(signed)
+                worst = int(np.nanargmax(np.abs(signed)))
+                out.append(GroupSummary(
+                    mode=mode, arrival=arrival, metric=metric, statistic=statistic, num_cases=len(members),
+                    median_fraction=s.median_fraction, worst_fraction=s.max_fraction,
+                    worst_signed_fraction=float(signed[worst]), worst_case=members[worst].case.name,
+                    num_within=sum(c.within_tolerance(metric, statistic) for c in members),
+                    tolerance_fraction=TOLERANCE_FRACTION[statistic]))
+    return out
