@@ -413,6 +413,19 @@ def allreduce_time_s(
     return np.where(n > 1, t, 0.0)
 
 
+def all_gather_time_s(
+    gpu: GpuSpec, *, num_gpus: ArrayLike, message_bytes: ArrayLike, link_bandwidth_bytes_per_s: float | None = None
+) -> FloatArray:
+    """Ring all-gather (or reduce-scatter) producing ``message_bytes`` per GPU: ``α + (n−1)/n · bytes / (β·bw)``
+    (half the traffic of an all-reduce, which is a reduce-scatter followed by an all-gather)."""
+    eff = gpu.efficiency
+    n = np.asarray(num_gpus, dtype=np.float64)
+    size = np.asarray(message_bytes, dtype=np.float64)
+    bw = gpu.scale_up_bandwidth_bytes_per_s if link_bandwidth_bytes_per_s is None else link_bandwidth_bytes_per_s
+    t = eff.collective_latency_s + (n - 1.0) / n * size / (bw * eff.link_bandwidth_fraction)
+    return np.where(n > 1, t, 0.0)
+
+
 def all_to_all_time_s(
     gpu: GpuSpec,
     *,

@@ -11,9 +11,10 @@ Both sides are given the same problem, with three readings that make them descri
   requests that stay in lock-step groups, fitted on real benchmarks whose jitter dissolves part of the
   phase locking; the simulation has no jitter, so its loops stay locked (``1`` is the deterministic
   value). It has no effect with lognormal lengths;
-- the front-end time ``request_overhead_s`` is set to 0 by default: both sides add it unchanged to every
-  TTFT, so keeping it only dilutes the relative error of the scheduler model (``keep_front_end=True``
-  keeps the engine's value);
+- the engine's front-end time ``request_overhead_s`` is kept: both sides add it to every TTFT, and in a
+  closed loop it is what puts a client's next request at a random phase of the iteration in progress
+  (without it the simulation re-issues exactly at an iteration's end, where no residual iteration is
+  waited for; ``request_overhead_s`` may be overridden to study that);
 - disaggregated: the simulation is given the closed form's exposed KV-transfer time per prompt
   (``DisaggregatedModel.transfer_s``: hand-off, last layer, what the prefill cannot hide), instead of its
   default (the whole cache over the NIC), so that the comparison is of the queues, not of two link models.
@@ -121,12 +122,12 @@ class Case:
         return f"{s.label} · {s.mode} · {s.lengths} · {self.point.label}"
 
 
-def crosscheck_engine(engine: EngineProfile, *, keep_front_end: bool = False) -> EngineProfile:
+def crosscheck_engine(engine: EngineProfile, *, request_overhead_s: float | None = None) -> EngineProfile:
     """The engine profile both sides are given: lock-step coherence 1 (the deterministic simulation's
-    value) and, unless ``keep_front_end``, no front-end time (see the module docstring)."""
+    value); the front-end time [s] replaced when ``request_overhead_s`` is given."""
     changes: dict[str, float] = {"closed_loop_coherence": 1.0}
-    if not keep_front_end:
-        changes["request_overhead_s"] = 0.0
+    if request_overhead_s is not None:
+        changes["request_overhead_s"] = float(request_overhead_s)
     return dataclasses.replace(engine, **changes)
 
 
@@ -287,14 +288,24 @@ def exposed_kv_transfer(problem: ServingProblem) -> Callable[[int], float] | Non
     return transfer_s
 
 
+def latency_stats(values_s: np.ndarray) -> LatencyStats:
+    """Mean, p50, p90 and p99 of the finite values [s], as ``SimulationResult.stats`` computes them."""
+    v = np.asarray(values_s, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    p50, p90, p99 = np.percentile(v, [50.0, 90.0, 99.0])
+    return LatencyStats(mean=float(v.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Comparison:
-    """The closed form and the simulation of one case."""
+    """The closed form and the simulation of one case (independent replications, pooled)."""
 
     case: Case
-    #: ``"ttft_s"`` and ``"itl_s"`` of each side [s]
+    #: ``"ttft_s"`` and ``"itl_s"`` of each side [s]; the simulation's over the pooled replications
     closed_form: Mapping[str, LatencyStats]
     simulated: Mapping[str, LatencyStats]
+    #: the same statistics of each replication alone (their spread measures the simulation's noise)
+    replications: tuple[Mapping[str, LatencyStats], ...]
     closed_form_requests_per_s: float
     simulated_requests_per_s: float
     closed_form_decode_batch: float
@@ -302,13 +313,19 @@ class Comparison:
     #: the closed form's verdict on the operating point (False: beyond its saturation)
     closed_form_feasible: bool
     num_preemptions: int
-    num_requests: int
+    #: requests measured in all (warm-up excluded, replications pooled)
+    num_measured: int
 
     def error_fraction(self, metric: str, statistic: str) -> float:
         """Signed relative error (closed form − simulation) / simulation."""
         predicted = float(getattr(self.closed_form[metric], statistic))
         measured = float(getattr(self.simulated[metric], statistic))
         return predicted / measured - 1.0
+
+    def spread_fraction(self, metric: str, statistic: str) -> float:
+        """(largest − smallest replication) / pooled value: how far apart independent runs land."""
+        values = [float(getattr(r[metric], statistic)) for r in self.replications]
+        return (max(values) - min(values)) / float(getattr(self.simulated[metric], statistic))
 
     def within_tolerance(self, metric: str, statistic: str) -> bool:
         return bool(abs(self.error_fraction(metric, statistic)) <= TOLERANCE_FRACTION[statistic])
@@ -319,21 +336,31 @@ class Comparison:
                 if not self.within_tolerance(m, s)]
 
 
-def compare(case: Case, *, num_requests: int = 6000, warmup_fraction: float = 0.1, seed: int = 0,
+def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.1, seeds: Sequence[int] = (0, 1),
             memos: StepTimeMemos | None = None) -> Comparison:
-    """Evaluate the case in closed form and simulate it (``num_requests``, the first ``warmup_fraction``
-    of them left out), the simulation on the shared step-time memo of its workers."""
+    """Evaluate the case in closed form and simulate it once per seed (``num_requests`` each, the first
+    ``warmup_fraction`` of them left out), on the shared step-time memo of its workers; the simulated
+    statistics pool the replications' requests and token gaps."""
+    if not seeds:
+        raise ValueError("need at least one seed")
     problem = case.problem
     ev = evaluate(problem)
     memo = (memos or StepTimeMemos()).for_problem(problem)
-    res = simulate(problem, num_requests=num_requests, warmup_requests=int(round(warmup_fraction * num_requests)),
-                   seed=seed, step_time=memo, kv_transfer_s=exposed_kv_transfer(problem))
+    transfer = exposed_kv_transfer(problem)
+    warmup = int(round(warmup_fraction * num_requests))
+    runs = [simulate(problem, num_requests=num_requests, warmup_requests=warmup, seed=seed, step_time=memo,
+                     kv_transfer_s=transfer) for seed in seeds]
+    pooled = {m: latency_stats(np.concatenate([getattr(r, m) for r in runs])) for m in METRICS}
+    # the window-based rates and batches of equally long runs: their mean
     return Comparison(
-        case=case, closed_form={"ttft_s": ev.ttft_s, "itl_s": ev.itl_s},
-        simulated={m: res.stats(m) for m in METRICS},
-        closed_form_requests_per_s=ev.requests_per_s, simulated_requests_per_s=res.requests_per_s,
-        closed_form_decode_batch=ev.mean_decode_batch, simulated_decode_batch=res.mean_decode_batch,
-        closed_form_feasible=ev.feasible, num_preemptions=res.num_preemptions, num_requests=num_requests,
+        case=case, closed_form={"ttft_s": ev.ttft_s, "itl_s": ev.itl_s}, simulated=pooled,
+        replications=tuple({m: r.stats(m) for m in METRICS} for r in runs),
+        closed_form_requests_per_s=ev.requests_per_s,
+        simulated_requests_per_s=float(np.mean([r.requests_per_s for r in runs])),
+        closed_form_decode_batch=ev.mean_decode_batch,
+        simulated_decode_batch=float(np.mean([r.mean_decode_batch for r in runs])),
+        closed_form_feasible=ev.feasible, num_preemptions=sum(r.num_preemptions for r in runs),
+        num_measured=sum(r.ttft_s.size for r in runs),
     )
 
 

@@ -195,6 +195,8 @@ def _nccl(
         return K.allreduce_time_s(gpu, num_gpus=t["num_gpus"], message_bytes=t["message_bytes"])
     if key[1] == "alltoall":
         return K.all_to_all_time_s(gpu, num_gpus=t["num_gpus"], message_bytes=t["message_bytes"])
+    if key[1] in ("all_gather", "reduce_scatter"):
+        return K.all_gather_time_s(gpu, num_gpus=t["num_gpus"], message_bytes=t["message_bytes"])
     raise NotImplementedError(f"no cost function for nccl {key[1]}")
 
 
