@@ -172,24 +172,25 @@ class AggregatedModel:
         in a closed loop of N clients an arrival sees the other N − 1 (the arrival theorem of mean-value
         analysis, Reiser and Lavenberg, J. ACM 27(2), 1980), so the caller passes (N − 1)/N."""
         lam = np.atleast_1d(np.asarray(rate_per_s, dtype=np.float64))
-        b_grid, lam_grid, ok = self._curve()
+        b_grid, lam_grid, ok = self._curve(wait_scale)
         top = lam_grid[ok][-1] if np.any(ok) else 0.0
         b = np.interp(np.minimum(lam, top), lam_grid[ok], b_grid[ok]) if np.any(ok) else np.zeros_like(lam)
         st = self._at_batch(b, arrival_scv, wait_scale, rate_per_s=lam)
         stable = st.stable & (lam <= top * (1.0 + 1e-9))
         return SteadyState(**{**st.__dict__, "stable": stable})
 
-    def _curve(self) -> tuple[FloatArray, FloatArray, NDArray[np.bool_]]:
-        if getattr(self, "_curve_cache", None) is None:
+    def _curve(self, wait_scale: float = 1.0) -> tuple[FloatArray, FloatArray, NDArray[np.bool_]]:
+        """λ over a grid of decode batches B (the stable, increasing branch), per queue-thinning factor."""
+        cache = self.__dict__.setdefault("_curve_cache", {})
+        if wait_scale not in cache:
             cap = max(self.batch_cap, 1e-3)
             b = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, 120)])
-            st = self._at_batch(b, 1.0, 1.0)
+            st = self._at_batch(b, 1.0, wait_scale)
             lam = st.rate_per_s
             ok = st.stable & np.isfinite(lam)
-            # keep the increasing, stable branch
             ok &= lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf))
-            object.__setattr__(self, "_curve_cache", (b, lam, ok))
-        return self._curve_cache
+            cache[wait_scale] = (b, lam, ok)
+        return cache[wait_scale]
 
     def _at_batch(self, b: FloatArray, arrival_scv: float, wait_scale: float,
                   rate_per_s: FloatArray | None = None) -> SteadyState:
@@ -203,18 +204,21 @@ class AggregatedModel:
         lp = self.prompt_compute[None, :]
         w = self.in_weights[None, :]
         steps = self.mean_decode_steps
-        c_left = np.maximum(self.dep.token_budget - b, 1.0)[:, None]
+        # the batch a decoding request runs in: itself plus the others (Poisson for an open loop, the M/G/∞
+        # occupancy seen from inside; the other N − 1 clients' share for a closed loop)
+        seen = np.minimum(b * wait_scale + 1.0, max(self.batch_cap, 1.0))
+        c_left = np.maximum(self.dep.token_budget - seen, 1.0)[:, None]
         n_chunks = np.ceil(lp / c_left)
         last = lp - (n_chunks - 1.0) * c_left
-        t_full = tb.mixed(b[:, None], np.broadcast_to(c_left, n_chunks.shape))
-        tau_d = tb.decode(b)
+        t_full = tb.mixed(seen[:, None], np.broadcast_to(c_left, n_chunks.shape))
+        tau_d = tb.decode(seen)
         iters_per_req = np.sum(w * n_chunks, axis=1)
         u = np.zeros_like(b) if rate_per_s is None else np.zeros_like(b)
         for _ in range(4):
             # with another prompt waiting (probability ≈ u) the last chunk's spare budget takes its tokens
             last_topped = last + np.minimum(u, MAX_UTILIZATION)[:, None] * np.minimum(c_left - last,
                                                                                        self.mean_prompt_compute)
-            t_last = tb.mixed(b[:, None], last_topped)
+            t_last = tb.mixed(seen[:, None], last_topped)
             tokens_per_iter = np.sum(w * ((n_chunks - 1.0) * c_left + last_topped), axis=1) / iters_per_req
             tau_m = np.sum(w * ((n_chunks - 1.0) * t_full + t_last), axis=1) / iters_per_req
             k = self.mean_prompt_compute / tokens_per_iter  # mixed iterations per request
@@ -259,7 +263,7 @@ class AggregatedModel:
         mean_pre = float(np.sum(w * t_pre))
         scv_pre = float(np.sum(w * t_pre**2)) / mean_pre**2 - 1.0
         steps = self.mean_decode_steps
-        tau_d = tb.decode(b)
+        tau_d = tb.decode(np.minimum(b * wait_scale + 1.0, max(self.batch_cap, 1.0)))
         if rate_per_s is None:
             # B = λ·D·τ_d / (1 − λ·E[t_pre])  (a stream's gap includes the prefill iterations it waits through)
             lam = np.where(b > 0, b / (steps * tau_d + b * mean_pre), 0.0) if steps > 0 else np.zeros_like(b)
@@ -327,13 +331,13 @@ class AggregatedModel:
 
     def saturation_rate_per_s(self, arrival_scv: float = 1.0, wait_scale: float = 1.0) -> float:
         """Largest stable per-replica arrival rate (the top of the λ(B) curve)."""
-        _, lam, ok = self._curve()
+        _, lam, ok = self._curve(wait_scale)
         return float(lam[ok][-1]) if np.any(ok) else 0.0
 
     def closed_loop_rate_per_s(self, clients: float, arrival_scv: float) -> float:
         """Per-replica throughput of ``clients`` closed-loop clients: the root of ``λ·E[e2e](λ) = N``."""
         scale = max(clients - 1.0, 0.0) / clients
-        b, _, ok = self._curve()
+        b, _, ok = self._curve(scale)
         st = self._at_batch(b[ok], arrival_scv, scale)
         pops = np.maximum.accumulate(st.rate_per_s * self.mean_e2e_s(st, clients))
         if clients >= pops[-1]:

@@ -137,8 +137,9 @@ class DisaggregatedModel:
             decode_latency_s(self.dec_ctx, batch_size=grid, context_tokens=self.decode_context), grid.shape).copy()
 
     def _decode_curve(self) -> tuple[FloatArray, FloatArray]:
-        """λ(B) of the decode pool: Little's law B = (λ/D)·(E[O] − 1)·τ_d(B), explicit in λ."""
-        b = self.batch_grid
+        """λ(B) of the decode pool: Little's law B = (λ/D)·(E[O] − 1)·τ_d(B + 1), explicit in λ (a request
+        decodes in a batch of itself plus the B others)."""
+        b = np.concatenate([[0.0], self.batch_grid[:-1]])
         if self.mean_decode_steps <= 0:
             return b, np.full_like(b, np.inf)
         return b, self.dep.decode.workers * b / (self.mean_decode_steps * self.decode_table)
@@ -162,7 +163,8 @@ class DisaggregatedModel:
         else:
             b = np.zeros_like(lam)
             decode_ok = np.ones_like(lam, dtype=bool)
-        tau = np.interp(np.maximum(b, 1.0), self.batch_grid, self.decode_table)
+        # the batch a decoding request runs in: itself plus the others on its worker
+        tau = np.interp(np.minimum(b * wait_scale + 1.0, self.batch_grid[-1]), self.batch_grid, self.decode_table)
         stable = (rho_a < MAX_UTILIZATION) & decode_ok & (link_util < 1.0)
         # waiting for a decode slot once the batch nears its cap (Allen-Cunneen over the slots)
         residence = self.mean_decode_steps * tau

@@ -33,8 +33,8 @@ from typing import Literal
 import numpy as np
 
 from planner.costs.types import CostContext, EngineProfile, Parallelism
-from planner.hardware import GpuSpec
-from planner.models import ModelArchitecture
+from planner.hardware import GpuSpec, find_gpu
+from planner.models import ModelArchitecture, ModelCatalog
 from planner.serving.aggregated import AggregatedModel
 from planner.serving.disaggregated import DisaggregatedModel
 from planner.serving.evaluate import evaluate
@@ -204,6 +204,20 @@ class Worker:
     parallelism: Parallelism
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
+
+
+#: (model id, GPU id, tensor-parallel degree) of the default grid
+DEFAULT_WORKERS = (("meta-llama/Llama-3.1-8B", "h100-sxm", 1), ("Qwen/Qwen3-32B", "h100-sxm", 2))
+
+
+def default_workers(models: ModelCatalog, gpus: Mapping[str, GpuSpec]) -> list[Worker]:
+    """The default grid's workers, from the model and GPU catalogs."""
+    out = []
+    for model_id, gpu_id, tp in DEFAULT_WORKERS:
+        model = models.get(model_id)
+        out.append(Worker(label=f"{model_id.split('/')[-1]} · {gpu_id} tp{tp}", model=model,
+                          gpu=find_gpu(gpus, gpu_id), parallelism=Parallelism(tp=tp)))
+    return out
 
 
 def default_scenarios(workers: Iterable[Worker], engine: EngineProfile, *,

@@ -1,0 +1,127 @@
+"""Properties of the closed-form serving model that must hold on any GPU, including ones never fitted."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from planner.costs import Parallelism
+from planner.engines import find_engine
+from planner.hardware import find_gpu, load_catalog
+from planner.models import load_model_catalog
+from planner.serving.evaluate import evaluate
+from planner.serving.types import AggregatedDeployment, DisaggregatedDeployment, PoolSpec, ServingProblem
+from planner.serving.workload import Arrival, Workload, fixed_length, lognormal_lengths
+
+CATALOG = load_catalog()
+MODELS = load_model_catalog()
+LLAMA_8B = MODELS.get("meta-llama/Llama-3.1-8B")
+
+
+def _problem(gpu: str, arrival: Arrival, *, chunked: bool = True, replicas: int = 1,
+             lengths: tuple = (None, None)) -> ServingProblem:
+    inp = lengths[0] or lognormal_lengths(median=1000, p90=3000)
+    out = lengths[1] or lognormal_lengths(median=200, p90=600)
+    dep = AggregatedDeployment(gpu=find_gpu(CATALOG, gpu), parallelism=Parallelism(tp=1), replicas=replicas,
+                               token_budget=8192 if chunked else 32768, chunked_prefill=chunked)
+    return ServingProblem(model=LLAMA_8B, engine=find_engine("vllm"), weight_dtype="bf16", kv_dtype="bf16",
+                          deployment=dep, workload=Workload(input_tokens=inp, output_tokens=out, arrival=arrival))
+
+
+def _finite(ev) -> bool:  # noqa: ANN001
+    stats = [ev.ttft_s, ev.itl_s, ev.tpot_s, ev.e2e_latency_s]
+    values = [v for s in stats for v in (s.mean, s.p50, s.p90, s.p99)]
+    values += [ev.requests_per_s, ev.throughput_output_tokens_per_s, *ev.utilization.values()]
+    return bool(np.all(np.isfinite(values)))
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "h200-sxm", "b200", "gb200", "mi300x", "l40s"])
+def test_every_gpu_gives_finite_ordered_answers(gpu: str) -> None:
+    ev = evaluate(_problem(gpu, Arrival(kind="poisson", rate_per_s=2.0)))
+    assert _finite(ev)
+    for s in (ev.ttft_s, ev.itl_s, ev.e2e_latency_s):
+        assert s.p50 <= s.p90 <= s.p99
+    assert ev.e2e_latency_s.mean >= ev.ttft_s.mean
+
+
+def test_light_load_tpot_follows_hbm_bandwidth_across_generations() -> None:
+    """At a light load decode is memory-bound: H200 (4.8 TB/s) must beat H100 (3.35 TB/s) by close to the
+    bandwidth ratio, B200 (7.7 TB/s) by more; host overhead (same engine) keeps the ratio below 1:1."""
+    tpot = {g: evaluate(_problem(g, Arrival(kind="poisson", rate_per_s=0.2))).tpot_s.mean
+            for g in ("h100-sxm", "h200-sxm", "b200")}
+    bw = {g: find_gpu(CATALOG, g).hbm_bandwidth_bytes_per_s for g in tpot}
+    assert tpot["b200"] < tpot["h200-sxm"] < tpot["h100-sxm"]
+    speedup = tpot["h100-sxm"] / tpot["h200-sxm"]
+    assert 1.0 < speedup <= bw["h200-sxm"] / bw["h100-sxm"] + 1e-9
+
+
+def test_more_load_never_lowers_ttft_or_itl() -> None:
+    rates = (0.5, 2.0, 6.0, 12.0)
+    evs = [evaluate(_problem("h100-sxm", Arrival(kind="poisson", rate_per_s=r))) for r in rates]
+    assert all(e.feasible for e in evs)
+    ttft = [e.ttft_s.mean for e in evs]
+    itl = [e.itl_s.mean for e in evs]
+    assert ttft == sorted(ttft) and itl == sorted(itl)
+
+
+def test_bursty_arrivals_wait_longer_than_poisson() -> None:
+    poisson = evaluate(_problem("h100-sxm", Arrival(kind="poisson", rate_per_s=8.0)))
+    bursty = evaluate(_problem("h100-sxm", Arrival(kind="gamma", rate_per_s=8.0, cv=3.0)))
+    assert bursty.ttft_s.mean > poisson.ttft_s.mean
+    assert bursty.ttft_breakdown_s.queue > poisson.ttft_breakdown_s.queue
+
+
+@pytest.mark.parametrize("concurrency", [1, 8, 64])
+def test_a_closed_loop_obeys_littles_law(concurrency: int) -> None:
+    ev = evaluate(_problem("h100-sxm", Arrival(kind="closed_loop", concurrency=concurrency)))
+    assert ev.requests_per_s * ev.e2e_latency_s.mean == pytest.approx(concurrency, rel=0.02)
+
+
+def test_replicas_split_the_load() -> None:
+    one = evaluate(_problem("h100-sxm", Arrival(kind="poisson", rate_per_s=4.0)))
+    two = evaluate(_problem("h100-sxm", Arrival(kind="poisson", rate_per_s=8.0), replicas=2))
+    assert two.ttft_s.mean == pytest.approx(one.ttft_s.mean, rel=1e-6)
+    assert two.requests_per_s == pytest.approx(2 * one.requests_per_s)
+
+
+def test_chunking_trades_ttft_for_a_lower_itl_tail() -> None:
+    """Sarathi-Serve's trade-off: chunks stall running streams less but the new request waits longer."""
+    arr = Arrival(kind="poisson", rate_per_s=8.0)
+    chunked = evaluate(_problem("h100-sxm", arr, chunked=True))
+    whole = evaluate(_problem("h100-sxm", arr, chunked=False))
+    assert chunked.itl_s.p99 < whole.itl_s.p99
+    assert chunked.ttft_s.mean > whole.ttft_s.mean
+
+
+def test_an_overloaded_open_loop_is_flagged_and_served_at_saturation() -> None:
+    ev = evaluate(_problem("h100-sxm", Arrival(kind="poisson", rate_per_s=1e4)))
+    assert not ev.feasible and ev.warnings
+    assert ev.requests_per_s < 1e3
+
+
+def test_disaggregation_removes_prefill_interference_from_itl() -> None:
+    gpu = find_gpu(CATALOG, "h100-sxm")
+    arr = Arrival(kind="poisson", rate_per_s=6.0)
+    wl = Workload(input_tokens=fixed_length(3000), output_tokens=fixed_length(300), arrival=arr)
+    base = dict(model=LLAMA_8B, engine=find_engine("vllm"), weight_dtype="bf16", kv_dtype="bf16", workload=wl)
+    agg = evaluate(ServingProblem(**base, deployment=AggregatedDeployment(gpu=gpu, replicas=2)))
+    dis = evaluate(ServingProblem(**base, deployment=DisaggregatedDeployment(
+        prefill=PoolSpec(gpu=gpu, workers=1, max_batch_size=1), decode=PoolSpec(gpu=gpu, workers=1))))
+    assert dis.itl_s.p99 < agg.itl_s.p99
+    assert dis.ttft_breakdown_s.kv_transfer > 0 and agg.ttft_breakdown_s.kv_transfer == 0
+    assert dis.num_gpus == agg.num_gpus == 2
+
+
+def test_kv_transfer_over_the_nic_is_slower_than_over_nvlink() -> None:
+    gpu = find_gpu(CATALOG, "h100-sxm")
+    wl = Workload(input_tokens=fixed_length(8000), output_tokens=fixed_length(100),
+                  arrival=Arrival(kind="poisson", rate_per_s=0.5))
+    pools = dict(prefill=PoolSpec(gpu=gpu, workers=1, max_batch_size=1), decode=PoolSpec(gpu=gpu, workers=1))
+    base = dict(model=LLAMA_8B, engine=find_engine("vllm"), weight_dtype="bf16", kv_dtype="bf16", workload=wl)
+    nv = evaluate(ServingProblem(**base, deployment=DisaggregatedDeployment(**pools, kv_link="nvlink")))
+    nic = evaluate(ServingProblem(**base, deployment=DisaggregatedDeployment(**pools, kv_link="rdma")))
+    assert nic.kv_transfer["transfer_s_mean"] > nv.kv_transfer["transfer_s_mean"]
+    assert dataclasses.asdict(nic.ttft_breakdown_s)["kv_transfer"] >= dataclasses.asdict(nv.ttft_breakdown_s)[
+        "kv_transfer"]
