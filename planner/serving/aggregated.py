@@ -184,7 +184,7 @@ class AggregatedModel:
         cache = self.__dict__.setdefault("_curve_cache", {})
         if wait_scale not in cache:
             cap = max(self.batch_cap, 1e-3)
-            b = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, 120)])
+            b = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, 90)])
             st = self._at_batch(b, 1.0, wait_scale)
             lam = st.rate_per_s
             ok = st.stable & np.isfinite(lam)
@@ -345,7 +345,7 @@ class AggregatedModel:
         lam = float(np.interp(clients, pops, st.rate_per_s))
         # polish the interpolated root with secant steps on N(λ) = λ·E[e2e](λ)
         lo, hi = lam * 0.98, min(lam * 1.02, float(st.rate_per_s[-1]))
-        for _ in range(3):
+        for _ in range(2):
             pair = self.steady_state(np.array([lo, hi]), arrival_scv, scale)
             n_lo, n_hi = np.array([lo, hi]) * self.mean_e2e_s(pair, clients)
             if n_hi == n_lo:

@@ -36,6 +36,8 @@ QUANTILES = np.array([0.5, 0.9, 0.99])
 #: points per output length for the TPOT normal approximation
 TPOT_POINTS = np.array([0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98])
 MAX_POINTS = 256
+#: standard-normal points (equal mass) representing the decode-batch fluctuation
+FLUCTUATION_Z = stats.norm.ppf((np.arange(7) + 0.5) / 7)
 
 
 def _stats(mean: float, q: FloatArray) -> LatencyStats:
@@ -91,13 +93,14 @@ def batch_fluctuation(mean_batch: float, cap: float, clients: float | None) -> t
     """
     if mean_batch <= 0:
         return np.array([0.0]), np.array([1.0])
-    probs = np.array([0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98])
+    # the two laws by their normal approximations (mean and variance matched), rounded to whole sequences
     if clients is not None and clients >= 1:
-        n = int(round(clients))
-        dist = stats.binom(n, min(mean_batch / n, 1.0))
+        p = min(mean_batch / clients, 1.0)
+        sd = np.sqrt(clients * p * (1.0 - p))
     else:
-        dist = stats.poisson(mean_batch)
-    pts = np.clip(dist.ppf(probs), 1.0, max(cap, 1.0))
+        sd = np.sqrt(mean_batch)
+    pts = np.clip(np.round(mean_batch + sd * FLUCTUATION_Z), 1.0, max(cap, 1.0))
+    probs = FLUCTUATION_Z
     w = np.full(len(probs), 1.0 / len(probs)) * pts
     return pts, w / w.sum()
 
