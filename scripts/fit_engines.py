@@ -150,7 +150,7 @@ def fit_ttft(engine_id: str, current: dict, shared_dir: Path) -> dict | None:
                 "leave-one-model-out: only one model")
     print(f"{engine_id}: TTFT front-end {theta[0]:.1f} ms, closed-loop coherence {theta[1]:.3f}; {len(data)} rows; "
           f"in-sample median APE {np.median(ape):.1f}% p90 {np.percentile(ape, 90):.1f}%; {lomo_txt}")
-    at_bound = bool(theta[0] >= 199.0 or theta[1] >= 0.999)
+    at_bound = bool(theta[0] >= 199.0)  # phi = 1 is the mechanism's own limit (a deterministic loop), not a failure
     return {"request_overhead_s": float(f"{theta[0] * 1e-3:.5g}"), "closed_loop_coherence": float(f"{theta[1]:.4g}"),
             "n": len(data), "models": sorted(set(names)), "lomo": lomo_txt, "at_bound": at_bound}
 

@@ -293,11 +293,12 @@ class AggregatedModel:
         """(share, TTFT per batch) of requests arriving in lock-step groups in a fixed-length closed loop.
 
         With every prompt and output the same length, clients that start together finish together and send
-        their next requests together: the deterministic reference simulation stays in groups of as many
-        prompts as one iteration's budget holds, prefilled in one iteration. Real stacks add jitter (request
-        parsing, tokenization, network) that dissolves part of that phase locking; the share that survives
-        is the engine's ``closed_loop_coherence``, fitted by ``scripts/fit_engines.py`` on the serving
-        benchmarks. None when it does not apply (open loop, varied lengths, groups of one).
+        their next requests together: in the deterministic reference simulation the whole loop stays one
+        cohort, whose N prompts are prefilled in K = ⌈N·Lp / C⌉ budget-full iterations, the k-th share
+        getting its first token after k of them (mean (K + 1)/2). Real stacks add jitter (request parsing,
+        tokenization, network) that dissolves part of that phase locking; the share that survives is the
+        engine's ``closed_loop_coherence``, fitted by ``scripts/fit_engines.py`` on the serving benchmarks.
+        None when it does not apply (open loop, varied lengths, a lone client).
         """
         w = self.problem.workload
         phi = float(np.clip(self.problem.engine.closed_loop_coherence, 0.0, 1.0))
@@ -308,13 +309,13 @@ class AggregatedModel:
         b = np.atleast_1d(np.asarray(batch, dtype=np.float64))
         # chunked: the group shares an iteration with the running decodes; unchunked: a prefill-only one
         b_it = b if self.dep.chunked_prefill else np.zeros_like(b)
-        c_left = np.maximum(self.dep.token_budget - b_it, 1.0)
-        group = np.clip(np.floor(c_left / lp), 1.0, max(clients, 1.0))
-        if np.all(group <= 1.0):
+        if clients <= 1.0:
             return None
-        t_group = self.tables.mixed(b_it[:, None], (group * lp)[:, None])[:, 0]
-        # groups of one are not lock-step: keep the independent-phase figure there (signalled by NaN)
-        return phi, np.where(group > 1.0, self.problem.engine.request_overhead_s + t_group, np.nan)
+        c_left = np.maximum(self.dep.token_budget - b_it, 1.0)
+        tokens = clients * lp
+        iterations = np.ceil(tokens / c_left)
+        t_iter = self.tables.mixed(b_it[:, None], np.minimum(tokens, c_left)[:, None])[:, 0]
+        return phi, self.problem.engine.request_overhead_s + t_iter * (iterations + 1.0) / 2.0
 
     def mean_ttft_s(self, st: SteadyState, clients: float | None = None) -> FloatArray:
         w = self.in_weights[None, :]

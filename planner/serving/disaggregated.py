@@ -139,10 +139,12 @@ class DisaggregatedModel:
     def _decode_curve(self) -> tuple[FloatArray, FloatArray]:
         """λ(B) of the decode pool: Little's law B = (λ/D)·(E[O] − 1)·τ_d(B + 1), explicit in λ (a request
         decodes in a batch of itself plus the B others)."""
-        b = np.concatenate([[0.0], self.batch_grid[:-1]])
+        top = self.batch_grid[-1]
+        b = np.concatenate([[0.0], np.geomspace(1e-3, max(top - 1.0, 1e-3), 90)])
         if self.mean_decode_steps <= 0:
             return b, np.full_like(b, np.inf)
-        return b, self.dep.decode.workers * b / (self.mean_decode_steps * self.decode_table)
+        tau = np.interp(b + 1.0, self.batch_grid, self.decode_table)
+        return b, self.dep.decode.workers * b / (self.mean_decode_steps * tau)
 
     def steady_state(self, rate_per_s: FloatArray, arrival_scv: float, wait_scale: float = 1.0) -> DisaggState:
         lam = np.atleast_1d(np.asarray(rate_per_s, dtype=np.float64))
@@ -205,4 +207,14 @@ class DisaggregatedModel:
         pop = np.maximum.accumulate(grid * self.mean_e2e_s(st))
         if clients >= pop[-1]:
             return float(grid[-1])
-        return float(np.interp(clients, pop, grid))
+        lam = float(np.interp(clients, pop, grid))
+        # polish the interpolated root with secant steps on N(λ) = λ·E[e2e](λ)
+        lo, hi = lam * 0.98, min(lam * 1.02, sat)
+        for _ in range(3):
+            pair = self.steady_state(np.array([lo, hi]), arrival_scv, scale)
+            n_lo, n_hi = np.array([lo, hi]) * self.mean_e2e_s(pair)
+            if n_hi == n_lo:
+                break
+            lam = float(np.clip(lo + (clients - n_lo) * (hi - lo) / (n_hi - n_lo), 0.0, sat))
+            lo, hi = lam * 0.999, min(lam * 1.001, sat)
+        return lam

@@ -114,6 +114,9 @@ def quantiles_of_shifted_wait(
         below = cdf < q
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
+    # quantiles of increasing probabilities never decrease (the bisection's last bit could say otherwise)
+    order = np.argsort(q)
+    hi[order] = np.maximum.accumulate(hi[order])
     return hi
 
 

@@ -172,7 +172,8 @@ def saturation_rate_per_s(problem: ServingProblem) -> float:
     return DisaggregatedModel(problem).saturation_rate_per_s()
 
 
-def poisson_points(scenario: Scenario, fractions: Sequence[float] = POISSON_LOAD_FRACTIONS) -> list[LoadPoint]:
+def poisson_points(scenario: Scenario, fractions: Sequence[float] = POISSON_LOAD_FRACTIONS
+                   ) -> list[LoadPoint]:
     """Poisson arrivals at ``fractions`` of the closed form's saturation rate."""
     probe = scenario.problem(Arrival(kind="poisson", rate_per_s=1.0))
     saturation = saturation_rate_per_s(probe)
@@ -225,9 +226,10 @@ def default_scenarios(workers: Iterable[Worker], engine: EngineProfile, *,
     """Every worker × mode × length law (lognormal, fixed), on ``crosscheck_engine(engine)``."""
     engine = crosscheck_engine(engine)
     scenarios = []
+    laws = (("lognormal", lognormal_workload()), ("fixed", fixed_workload()))
     for w in workers:
         for mode in modes:
-            for lengths, (inputs, outputs) in (("lognormal", lognormal_workload()), ("fixed", fixed_workload())):
+            for lengths, (inputs, outputs) in laws:
                 scenarios.append(Scenario(
                     label=w.label, mode=mode, lengths=lengths, model=w.model, engine=engine,
                     weight_dtype=w.weight_dtype, kv_dtype=w.kv_dtype,
@@ -270,7 +272,8 @@ class StepTimeMemos:
         # the fields that do not enter an iteration's time do not split the memo
         engine = dataclasses.replace(problem.engine, closed_loop_coherence=0.0, request_overhead_s=0.0,
                                      fitted_on="")
-        key = (problem.model.id, gpu.id, par, problem.weight_dtype, problem.kv_dtype, engine, max_batch, budget)
+        key = (problem.model.id, gpu.id, par, problem.weight_dtype, problem.kv_dtype, engine, max_batch,
+               budget)
         memo = self._memos.get(key)
         if memo is None:
             ctx = CostContext(model=problem.model, gpu=gpu, engine=problem.engine,
@@ -350,8 +353,8 @@ class Comparison:
                 if not self.within_tolerance(m, s)]
 
 
-def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.1, seeds: Sequence[int] = (0, 1),
-            memos: StepTimeMemos | None = None) -> Comparison:
+def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.1,
+            seeds: Sequence[int] = (0, 1), memos: StepTimeMemos | None = None) -> Comparison:
     """Evaluate the case in closed form and simulate it once per seed (``num_requests`` each, the first
     ``warmup_fraction`` of them left out), on the shared step-time memo of its workers; the simulated
     statistics pool the replications' requests and token gaps."""

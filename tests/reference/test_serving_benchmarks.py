@@ -165,15 +165,6 @@ def test_dense_aggregated_tpot_median_within_target(results) -> None:
     assert summary.median_fraction <= TPOT_TARGET.median_fraction, summary
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "measured when written, on 572 dense aggregated rows: TTFT median APE 67.6 % (signed -67.6 %), p90 "
-        "92.5 %, against 20 %; under-predicted at every concurrency (c<=8 -62 %, 9-64 -66 %, >64 -82 %) and "
-        "every ISL up to 4096 (ISL 8192: +1 %); by backend sglang -91 %, trtllm -67 %, vllm -57 % "
-        "(see docs/accuracy_serving.md, Observations)"
-    ),
-)
 def test_dense_aggregated_ttft_median_within_target(results) -> None:
     dense = dense_aggregated(results)
     summary = summarize(np.array([r.ttft_error_fraction for r in dense]))

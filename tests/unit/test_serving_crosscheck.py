@@ -1,0 +1,226 @@
+"""The closed form against the reference simulation on a subset of the crosscheck grid (issue 3, section 5).
+
+Issue 3 asks that the closed-form mean and p90 of TTFT and ITL stay within 15 % of the simulation of the
+same scheduler, the p99 within 25 % (``planner.validation.crosscheck``; the whole grid is
+``docs/accuracy_crosscheck.md``). Each statistic of each case below is one test. Where the closed form
+misses, the test is a strict xfail carrying the figures measured when it was written and the mechanism
+(see the report's *Reading of the misses*): it XPASSes, and fails, once the closed form meets the target,
+and must then become a plain assert.
+
+The cases are those of Llama-3.1-8B on one H100 that simulate fast (unchunked and disaggregated runs take
+a fraction of a second; two chunked ones, a few seconds), each with two replications of 4000 requests
+(10 % warm-up), enough that the simulation's own spread is a few percent at these loads. Seeds are fixed:
+the figures are deterministic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from planner.costs.types import Parallelism
+from planner.engines import find_engine
+from planner.hardware import load_catalog
+from planner.models import load_model_catalog
+from planner.serving.aggregated import AggregatedModel
+from planner.serving.disaggregated import DisaggregatedModel
+from planner.serving.types import AggregatedDeployment, DisaggregatedDeployment, PoolSpec
+from planner.serving.workload import Arrival
+from planner.validation import crosscheck as X
+from planner.validation.simulator import simulate
+
+NUM_REQUESTS = 4000
+SEEDS = (0, 1)
+
+#: test id -> (mode, lengths, load point label)
+CASES = {
+    "disagg-poisson-0.3": ("disaggregated", "lognormal", "ρ=0.30"),
+    "disagg-poisson-0.7": ("disaggregated", "lognormal", "ρ=0.70"),
+    "disagg-closed-16": ("disaggregated", "lognormal", "N=16"),
+    "disagg-closed-64": ("disaggregated", "lognormal", "N=64"),
+    "unchunked-poisson-0.3": ("aggregated_unchunked", "lognormal", "ρ=0.30"),
+    "unchunked-poisson-0.5": ("aggregated_unchunked", "lognormal", "ρ=0.50"),
+    "unchunked-fixed-closed-4": ("aggregated_unchunked", "fixed", "N=4"),
+    "unchunked-fixed-closed-64": ("aggregated_unchunked", "fixed", "N=64"),
+    "chunked-poisson-0.3": ("aggregated_chunked", "lognormal", "ρ=0.30"),
+    "chunked-closed-16": ("aggregated_chunked", "lognormal", "N=16"),
+    "chunked-fixed-closed-16": ("aggregated_chunked", "fixed", "N=16"),
+}
+
+_COHORT = ("fixed-length closed loop: the simulation's lock-step groups re-merge into one cohort, the k-th "
+           "group waiting k prefill iterations; the closed form gives every group one iteration")
+_LOCKSTEP_ITL = ("fixed-length closed loop: the closed form's ITL still holds one prefill per request in the "
+                 "streams' gaps, a cohort's prefill iterations run while none of its streams decodes")
+#: (test id, metric, statistic) -> why the closed form misses, with the figures measured (cf vs sim)
+KNOWN_MISSES = {
+    ("unchunked-poisson-0.5", "itl_s", "p90"): (
+        "cf 23.3 ms vs sim 12.0 ms (+95 %): the p90 sits on the knee between decode-only and stalled gaps; "
+        "the closed form's stalled share (one prefill iteration per prompt, λ / r_dec = 12 %) exceeds the "
+        "simulation's (8 %: waiting prompts share one prefill-only iteration)"),
+    ("unchunked-fixed-closed-4", "itl_s", "p99"): f"cf 21.4 ms vs sim 7.98 ms (+168 %): {_LOCKSTEP_ITL}",
+    ("unchunked-fixed-closed-64", "ttft_s", "p90"): f"cf 202 ms vs sim 675 ms (−70 %): {_COHORT}",
+    ("unchunked-fixed-closed-64", "ttft_s", "p99"): f"cf 202 ms vs sim 675 ms (−70 %): {_COHORT}",
+    ("unchunked-fixed-closed-64", "itl_s", "mean"): f"cf 13.0 ms vs sim 10.9 ms (+20 %): {_LOCKSTEP_ITL}",
+    ("unchunked-fixed-closed-64", "itl_s", "p90"): f"cf 23.3 ms vs sim 10.2 ms (+128 %): {_LOCKSTEP_ITL}",
+    ("unchunked-fixed-closed-64", "itl_s", "p99"): f"cf 23.4 ms vs sim 10.3 ms (+127 %): {_LOCKSTEP_ITL}",
+    ("chunked-fixed-closed-16", "ttft_s", "mean"): f"cf 80.2 ms vs sim 140 ms (−43 %): {_COHORT}",
+    ("chunked-fixed-closed-16", "itl_s", "p99"): f"cf 19.1 ms vs sim 8.44 ms (+126 %): {_LOCKSTEP_ITL}",
+}
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return load_catalog()["h100-sxm"]
+
+
+@pytest.fixture(scope="module")
+def scenarios():
+    workers = X.default_workers(load_model_catalog(), load_catalog())[:1]
+    return {(s.mode, s.lengths): s for s in X.default_scenarios(workers, find_engine("vllm"))}
+
+
+@pytest.fixture(scope="module")
+def comparison(scenarios):
+    """``comparison(test_id)``: the case's comparison, computed once per module on shared memos."""
+    memos = X.StepTimeMemos()
+    done: dict[str, X.Comparison] = {}
+
+    def get(test_id: str) -> X.Comparison:
+        if test_id not in done:
+            mode, lengths, label = CASES[test_id]
+            case = next(c for c in X.scenario_cases(scenarios[(mode, lengths)]) if c.point.label == label)
+            done[test_id] = X.compare(case, num_requests=NUM_REQUESTS, seeds=SEEDS, memos=memos)
+        return done[test_id]
+
+    return get
+
+
+def _tolerance_params():
+    for test_id in CASES:
+        for metric in X.METRICS:
+            for statistic in X.STATISTICS:
+                reason = KNOWN_MISSES.get((test_id, metric, statistic))
+                marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+                yield pytest.param(test_id, metric, statistic, id=f"{test_id}-{metric}-{statistic}",
+                                   marks=marks)
+
+
+def test_known_misses_name_real_cases():
+    assert {k[0] for k in KNOWN_MISSES} <= set(CASES)
+    assert all(m in X.METRICS and s in X.STATISTICS for _, m, s in KNOWN_MISSES)
+
+
+@pytest.mark.parametrize(("test_id", "metric", "statistic"), list(_tolerance_params()))
+def test_closed_form_within_tolerance_of_simulation(comparison, test_id, metric, statistic):
+    c = comparison(test_id)
+    cf = getattr(c.closed_form[metric], statistic)
+    sim = getattr(c.simulated[metric], statistic)
+    error = c.error_fraction(metric, statistic)
+    assert abs(error) <= X.TOLERANCE_FRACTION[statistic], (
+        f"{c.case.name} {metric} {statistic}: closed form {1e3 * cf:.4g} ms, simulation {1e3 * sim:.4g} ms, "
+        f"{100 * error:+.1f} % (tolerance {100 * X.TOLERANCE_FRACTION[statistic]:.0f} %)")
+
+
+# --------------------------------------------------------------------------------------------------
+# the machinery
+# --------------------------------------------------------------------------------------------------
+
+
+def test_the_simulation_sees_the_offered_load(comparison):
+    """The open-loop points are where they were placed, and both sides carry the same traffic."""
+    for test_id in ("disagg-poisson-0.3", "unchunked-poisson-0.3"):
+        c = comparison(test_id)
+        assert c.simulated_requests_per_s == pytest.approx(c.case.point.arrival.rate_per_s, rel=0.03)
+        assert c.closed_form_requests_per_s == pytest.approx(c.case.point.arrival.rate_per_s, rel=1e-9)
+        assert c.closed_form_feasible and c.num_preemptions == 0
+        assert c.num_measured == len(SEEDS) * (NUM_REQUESTS - NUM_REQUESTS // 10)
+
+
+def test_replications_are_independent_and_pooled(comparison):
+    c = comparison("disagg-poisson-0.7")
+    assert len(c.replications) == len(SEEDS)
+    means = [r["ttft_s"].mean for r in c.replications]
+    assert means[0] != means[1]
+    # equally many requests per replication: the pooled mean is the replications' mean
+    assert c.simulated["ttft_s"].mean == pytest.approx(np.mean(means), rel=1e-12)
+    assert min(means) <= c.simulated["ttft_s"].mean <= max(means)
+    assert c.spread_fraction("ttft_s", "mean") == pytest.approx((max(means) - min(means)) / np.mean(means))
+
+
+def test_poisson_points_are_fractions_of_the_closed_form_saturation(scenarios):
+    for mode in X.MODES:
+        scenario = scenarios[(mode, "lognormal")]
+        problem = scenario.problem(Arrival(kind="poisson", rate_per_s=1.0))
+        model = (DisaggregatedModel if mode == "disaggregated" else AggregatedModel)(problem)
+        saturation = model.saturation_rate_per_s()
+        points = X.poisson_points(scenario)
+        rates = [p.arrival.rate_per_s for p in points]
+        assert rates == pytest.approx([f * saturation for f in X.POISSON_LOAD_FRACTIONS], rel=1e-12)
+        assert [p.load_fraction for p in points] == list(X.POISSON_LOAD_FRACTIONS)
+    # fixed lengths are offered closed loops only
+    fixed = X.scenario_cases(scenarios[("aggregated_chunked", "fixed")])
+    assert {c.point.arrival.kind for c in fixed} == {"closed_loop"}
+
+
+def test_engine_is_locked_in_step_and_keeps_its_front_end():
+    vllm = find_engine("vllm")
+    engine = X.crosscheck_engine(vllm)
+    assert engine.closed_loop_coherence == 1.0
+    assert engine.request_overhead_s == vllm.request_overhead_s
+    assert dataclasses.replace(engine, closed_loop_coherence=vllm.closed_loop_coherence) == vllm
+    assert X.crosscheck_engine(vllm, request_overhead_s=0.0).request_overhead_s == 0.0
+
+
+def test_simulated_kv_transfer_is_the_closed_forms_exposed_time(scenarios):
+    scenario = scenarios[("disaggregated", "lognormal")]
+    problem = scenario.problem(Arrival(kind="poisson", rate_per_s=1.0))
+    model = DisaggregatedModel(problem)
+    transfer = X.exposed_kv_transfer(problem)
+    assert transfer is not None
+    for tokens, seconds in zip(model.in_values, model.transfer_s, strict=True):
+        assert transfer(int(tokens)) == pytest.approx(float(seconds), rel=1e-12)
+    res = simulate(problem, num_requests=60, warmup_requests=5, kv_transfer_s=transfer)
+    expected = dict(zip(model.in_values.astype(int).tolist(), model.transfer_s.tolist(), strict=True))
+    np.testing.assert_allclose(res.kv_transfer_s, [expected[int(n)] for n in res.input_tokens], rtol=1e-12)
+    assert X.exposed_kv_transfer(scenarios[("aggregated_chunked", "lognormal")].problem(
+        Arrival(kind="poisson", rate_per_s=1.0))) is None
+
+
+def test_step_time_memos_are_shared_per_worker_configuration(scenarios, gpu):
+    memos = X.StepTimeMemos()
+    arrival = Arrival(kind="closed_loop", concurrency=4)
+    lognormal = memos.for_problem(scenarios[("aggregated_chunked", "lognormal")].problem(arrival))
+    fixed = memos.for_problem(scenarios[("aggregated_chunked", "fixed")].problem(arrival))
+    no_front_end = X.crosscheck_engine(find_engine("vllm"), request_overhead_s=0.0)
+    other_engine = dataclasses.replace(scenarios[("aggregated_chunked", "fixed")], engine=no_front_end)
+    assert lognormal is fixed is memos.for_problem(other_engine.problem(arrival))
+    unchunked = memos.for_problem(scenarios[("aggregated_unchunked", "lognormal")].problem(arrival))
+    assert unchunked is not lognormal and unchunked.token_budget == X.UNCHUNKED_TOKEN_BUDGET
+    assert len(memos) == 2
+    # pools of different workers cannot share one step-time function
+    scenario = scenarios[("disaggregated", "lognormal")]
+    mixed = DisaggregatedDeployment(prefill=PoolSpec(gpu=gpu, parallelism=Parallelism(tp=2)),
+                                    decode=PoolSpec(gpu=gpu))
+    assert memos.for_problem(dataclasses.replace(scenario, deployment=mixed).problem(arrival)) is None
+    assert isinstance(scenarios[("aggregated_unchunked", "fixed")].deployment, AggregatedDeployment)
+
+
+def test_group_summaries_count_the_cases_within_tolerance(comparison):
+    members = [comparison(t) for t in ("unchunked-poisson-0.3", "unchunked-poisson-0.5", "disagg-closed-16")]
+    summaries = X.summarize_groups(members)
+    groups = {(s.mode, s.arrival) for s in summaries}
+    assert groups == {("aggregated_unchunked", "poisson"), ("disaggregated", "closed loop · lognormal")}
+    assert len(summaries) == len(groups) * len(X.METRICS) * len(X.STATISTICS)
+    for s in summaries:
+        group = [c for c in members if (c.case.scenario.mode, X.arrival_group(c.case)) == (s.mode, s.arrival)]
+        errors = [abs(c.error_fraction(s.metric, s.statistic)) for c in group]
+        assert s.num_cases == len(group)
+        assert s.worst_fraction == pytest.approx(max(errors))
+        assert s.median_fraction == pytest.approx(np.median(errors))
+        assert s.num_within == sum(c.within_tolerance(s.metric, s.statistic) for c in group)
+        assert (s.verdict == "PASS") == (s.num_within == s.num_cases)
+        worst = max(group, key=lambda c: abs(c.error_fraction(s.metric, s.statistic)))
+        assert s.worst_case == worst.case.name
+        assert s.worst_signed_fraction == pytest.approx(worst.error_fraction(s.metric, s.statistic))
