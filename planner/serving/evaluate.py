@@ -216,7 +216,7 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
         if float(np.sum(in_w[sel])) <= 0.0:
             continue
         grid = shifts[sel][:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean
-        v, wt = _compress(grid, in_w[sel][:, None] * out_w[None, :], MAX_POINTS // 2)
+        v, wt = _compress(grid, in_w[sel][:, None] * out_w[None, :], MAX_POINTS // 4)
         share = float(np.sum(in_w[sel]))
         pts.append(v)
         wts.append(wt * share)
