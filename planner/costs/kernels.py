@@ -235,9 +235,13 @@ def prefill_attention_time_s(
         batch_size=b, q_tokens=q, cached_tokens=c, num_heads=h, head_dim=d, v_head_dim=dv,
         sliding_window=sliding_window, window_block_tokens=block_q,
     )
-    # a partial last query block costs a whole block (masked rows still run)
-    padded_flops = flops * np.ceil(q / block_q) * block_q / q
-    blocks = b * h * np.ceil(q / block_q)
+    # the query heads of a GQA group share their K/V, so the kernel packs them into the rows of one block
+    # (FlashAttention-3's PackGQA): a block holds 128 (query, head) rows of one KV head, and a partial last
+    # block costs a whole one (masked rows still run)
+    group = np.maximum(h / np.maximum(kvh, 1.0), 1.0)
+    rows = q * group
+    padded_flops = flops * np.ceil(rows / block_q) * block_q / rows
+    blocks = b * kvh * np.ceil(rows / block_q)
     per_key = 2.0 * (d + dv) + 2.0 * eff.attention_softmax_dims  # per (query, key) pair and head
     # each block's prologue (loading Q, softmax state, writing O) costs as much as ``q_half`` more keys
     prologue = block_q * eff.attention_q_half * per_key
