@@ -24,6 +24,7 @@ from the cost model on a (batch × chunk) grid, interpolated.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -189,8 +190,15 @@ class AggregatedModel:
             lam = st.rate_per_s
             ok = st.stable & np.isfinite(lam)
             ok &= lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf))
-            cache[wait_scale] = (b, lam, ok)
-        return cache[wait_scale]
+            cache[wait_scale] = (b, lam, ok, st)
+        return cache[wait_scale][:3]
+
+    def _curve_state(self, wait_scale: float) -> SteadyState:
+        """The steady states along the stable branch of the curve (Poisson-like arrivals)."""
+        self._curve(wait_scale)
+        _, _, ok, st = self.__dict__["_curve_cache"][wait_scale]
+        return SteadyState(**{k: (v[ok] if isinstance(v, np.ndarray) and v.shape[:1] == ok.shape else v)
+                              for k, v in st.__dict__.items()})
 
     def _at_batch(self, b: FloatArray, arrival_scv: float, wait_scale: float,
                   rate_per_s: FloatArray | None = None) -> SteadyState:
@@ -214,7 +222,7 @@ class AggregatedModel:
         tau_d = tb.decode(seen)
         iters_per_req = np.sum(w * n_chunks, axis=1)
         u = np.zeros_like(b) if rate_per_s is None else np.zeros_like(b)
-        for _ in range(4):
+        for _ in range(3):
             # with another prompt waiting (probability ≈ u) the last chunk's spare budget takes its tokens
             last_topped = last + np.minimum(u, MAX_UTILIZATION)[:, None] * np.minimum(c_left - last,
                                                                                        self.mean_prompt_compute)
@@ -338,15 +346,17 @@ class AggregatedModel:
     def closed_loop_rate_per_s(self, clients: float, arrival_scv: float) -> float:
         """Per-replica throughput of ``clients`` closed-loop clients: the root of ``λ·E[e2e](λ) = N``."""
         scale = max(clients - 1.0, 0.0) / clients
-        b, _, ok = self._curve(scale)
-        st = self._at_batch(b[ok], arrival_scv, scale)
+        st = self._curve_state(scale)
+        # the curve was tabulated for Poisson-like arrivals; Kingman's wait scales with (c_a² + c_s²)
+        st = dataclasses.replace(st, queue_wait_s=st.queue_wait_s * (arrival_scv + self.prompt_scv)
+                                 / (1.0 + self.prompt_scv))
         pops = np.maximum.accumulate(st.rate_per_s * self.mean_e2e_s(st, clients))
         if clients >= pops[-1]:
             return float(st.rate_per_s[-1])  # saturated: the extra clients queue
         lam = float(np.interp(clients, pops, st.rate_per_s))
         # polish the interpolated root with secant steps on N(λ) = λ·E[e2e](λ)
         lo, hi = lam * 0.98, min(lam * 1.02, float(st.rate_per_s[-1]))
-        for _ in range(2):
+        for _ in range(1):
             pair = self.steady_state(np.array([lo, hi]), arrival_scv, scale)
             n_lo, n_hi = np.array([lo, hi]) * self.mean_e2e_s(pair, clients)
             if n_hi == n_lo:

@@ -121,7 +121,7 @@ def active_replicas(problem: ServingProblem, replicas: int) -> int:
 
 
 def _operating_rate(model: AggregatedModel | DisaggregatedModel, problem: ServingProblem, replicas: int
-                    ) -> tuple[float, float, float, float, bool]:
+                    ) -> tuple[float, float, float, float, bool, object]:
     """(per-replica served rate, arrival scv, queue-wait scale, extra closed-loop queueing when saturated [s],
     overloaded?). An open loop offered more than the deployment sustains is evaluated at its saturation
     rate (what it serves), and flagged."""
@@ -137,13 +137,13 @@ def _operating_rate(model: AggregatedModel | DisaggregatedModel, problem: Servin
         e2e = float(model.mean_e2e_s(st, clients)[0]) if isinstance(model, AggregatedModel) else float(
             model.mean_e2e_s(st)[0])
         extra = max(0.0, clients / lam - e2e) if lam > 0 else 0.0
-        return lam, scv, scale, extra if extra > 0.01 * e2e else 0.0, False
+        return lam, scv, scale, extra if extra > 0.01 * e2e else 0.0, False, st
     scv = arr.arrival_cv**2
     offered = float(arr.rate_per_s) / replicas
     sat = model.saturation_rate_per_s(scv)
     if offered > sat:
-        return sat, scv, 1.0, 0.0, True
-    return offered, scv, 1.0, 0.0, False
+        return sat, scv, 1.0, 0.0, True, None
+    return offered, scv, 1.0, 0.0, False, None
 
 
 def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
@@ -156,9 +156,10 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
             f"({int(w.input_tokens.max)} tokens), as vLLM requires", field="deployment.token_budget")
     model = AggregatedModel(problem)
     replicas = active_replicas(problem, dep.replicas)
-    lam, scv, scale, extra, overloaded = _operating_rate(model, problem, replicas)
+    lam, scv, scale, extra, overloaded, st = _operating_rate(model, problem, replicas)
     saturated = extra > 0
-    st: SteadyState = model.steady_state(np.array([lam]), scv, scale)
+    if st is None:
+        st = model.steady_state(np.array([lam]), scv, scale)
     i = 0
     feasible = bool(st.stable[i]) and not overloaded
     warnings: list[str] = []
@@ -256,9 +257,10 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
 def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     dep = problem.deployment
     model = DisaggregatedModel(problem)
-    lam, scv, scale, extra, overloaded = _operating_rate(model, problem, 1)
+    lam, scv, scale, extra, overloaded, st = _operating_rate(model, problem, 1)
     saturated = extra > 0
-    st: DisaggState = model.steady_state(np.array([lam]), scv, scale)
+    if st is None:
+        st = model.steady_state(np.array([lam]), scv, scale)
     feasible = bool(st.stable[0]) and not overloaded
     warnings: list[str] = []
     w = problem.workload

@@ -89,7 +89,7 @@ def quantiles_of_shifted_wait(
     (``p_wait`` and ``mean_wait_s`` may differ per point: a mixture of such components).
 
     The CDF is a closed form, ``F(t) = Σ_i w_i · 1{t ≥ s_i} · (1 − p_i · exp(−(t − s_i)/θ_i))``; each quantile is
-    found by vectorized bisection (36 halvings: below 1e-10 of the bracket).
+    found on a grid, then refined by 20 vectorized halvings of its grid cell (below 1e-8 of the range).
     """
     s = np.asarray(shifts_s, dtype=np.float64).ravel()
     w = np.asarray(weights, dtype=np.float64).ravel()
@@ -103,15 +103,23 @@ def quantiles_of_shifted_wait(
     if not np.any(waits):
         return weighted_quantiles(s, w, q)
     top = float(np.max(np.where(waits, theta * (np.log(np.maximum(p, 1e-300)) + 1.0), 0.0)))
-    lo = np.full(q.shape, float(s.min()))
-    hi = np.full(q.shape, float(s.max()) + float(np.max(theta[waits])) * (
-        np.maximum(np.log(1.0 / np.maximum(1e-12, 1.0 - q)), 0.0) + 1.0) + max(top, 0.0))
-    for _ in range(36):
+    upper = float(s.max()) + float(np.max(theta[waits])) * (
+        float(np.max(np.maximum(np.log(1.0 / np.maximum(1e-12, 1.0 - q)), 0.0))) + 1.0) + max(top, 0.0)
+
+    def cdf(t: FloatArray) -> FloatArray:
+        gap = t[:, None] - s[None, :]
+        tail = np.exp(-np.maximum(gap, 0.0) / theta[None, :])
+        return np.sum(w[None, :] * (gap >= 0) * (1.0 - p[None, :] * tail), axis=1)
+
+    # bracket every quantile on one grid (the shifts, where the CDF jumps, and 256 even points), then halve
+    grid = np.unique(np.concatenate([s, np.linspace(float(s.min()), upper, 256)]))
+    f = cdf(grid)
+    idx = np.clip(np.searchsorted(f, q - 1e-15), 0, len(grid) - 1)
+    hi = grid[idx]
+    lo = np.where(idx > 0, grid[np.maximum(idx - 1, 0)], hi)
+    for _ in range(20):
         mid = 0.5 * (lo + hi)
-        gap = mid[:, None] - s[None, :]
-        cdf = np.sum(w[None, :] * (gap >= 0) * (1.0 - p[None, :] * np.exp(-np.maximum(gap, 0.0) / theta[None, :])),
-                     axis=1)
-        below = cdf < q
+        below = cdf(mid) < q
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
     # quantiles of increasing probabilities never decrease (the bisection's last bit could say otherwise)
