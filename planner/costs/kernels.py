@@ -437,13 +437,12 @@ def all_to_all_time_s(
     message_bytes: ArrayLike,
     link_bandwidth_bytes_per_s: float | None = None,
 ) -> FloatArray:
-    """All-to-all where each GPU sends ``message_bytes`` in total, (n-1)/n of it to peers [s]."""
-    eff = gpu.efficiency
-    n = np.asarray(num_gpus, dtype=np.float64)
-    size = np.asarray(message_bytes, dtype=np.float64)
-    bw = gpu.scale_up_bandwidth_bytes_per_s if link_bandwidth_bytes_per_s is None else link_bandwidth_bytes_per_s
-    t = eff.collective_latency_s + (n - 1.0) / n * size / (bw * eff.link_bandwidth_fraction)
-    return np.where(n > 1, t, 0.0)
+    """All-to-all where each GPU sends ``message_bytes`` in total, (n-1)/n of it to peers [s].
+
+    Each GPU moves the same (n−1)/n share of its bytes over its link as in an all-gather, so the cost is
+    the same expression (:func:`all_gather_time_s`)."""
+    return all_gather_time_s(gpu, num_gpus=num_gpus, message_bytes=message_bytes,
+                             link_bandwidth_bytes_per_s=link_bandwidth_bytes_per_s)
 
 
 def p2p_time_s(gpu: GpuSpec, *, message_bytes: ArrayLike, link_bandwidth_bytes_per_s: float) -> FloatArray:
