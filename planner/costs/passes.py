@@ -18,6 +18,8 @@ counts so a serving model can tabulate many shapes in one call.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -389,6 +391,34 @@ def mixed_step_latency_s(
     p = _run_pass(ctx, decode_batch=dec + zero, decode_context=dctx + zero, prefill_seqs=seqs_on, prefill_q=q,
                   prefill_cached=cached + zero)
     return sum((op.time_s for op in p.ops.values()), np.zeros(()))
+
+
+_MIXED_KEYS = ("decode_batch", "decode_context_tokens", "prefill_tokens", "prefill_cached_tokens", "prefill_sequences")
+_MIXED_DEFAULTS = {"prefill_cached_tokens": 0.0, "prefill_sequences": 1.0}
+
+
+def mixed_step_latency_many(ctx: CostContext, requests: Sequence[Mapping[str, ArrayLike]]) -> list[FloatArray]:
+    """:func:`mixed_step_latency_s` for several groups of arguments on one context in one pass: each group is
+    broadcast to its own shape, all are flattened into one call, and the results are split back. The cost
+    model's time goes mostly into per-operator work that does not grow with the array size, so batching the
+    grids a search needs on one GPU costs about one call."""
+    shapes, cols = [], {k: [] for k in _MIXED_KEYS}
+    for req in requests:
+        args = [np.asarray(req.get(k, _MIXED_DEFAULTS.get(k, 0.0)), dtype=np.float64) for k in _MIXED_KEYS]
+        shape = np.broadcast_shapes(*(a.shape for a in args))
+        shapes.append(shape)
+        for k, a in zip(_MIXED_KEYS, args, strict=True):
+            cols[k].append(np.broadcast_to(a, shape).ravel())
+    flat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
+    if flat["decode_batch"].size == 0:
+        return [np.zeros(s) for s in shapes]
+    t = np.broadcast_to(mixed_step_latency_s(ctx, **flat), flat["decode_batch"].shape)
+    out, start = [], 0
+    for shape in shapes:
+        n = int(np.prod(shape))
+        out.append(t[start:start + n].reshape(shape))
+        start += n
+    return out
 
 
 def _summarize(ctx: CostContext, p: _Pass, memory) -> PassCost:  # noqa: ANN001

@@ -49,28 +49,32 @@ MAX_UTILIZATION = 0.995
 @dataclass(frozen=True, kw_only=True)
 class _Tables:
     batch: FloatArray  # (nb,)
-    budget_left: FloatArray  # (nb,) chunk budget C(B)
-    mixed_s: FloatArray  # (nb, nf) iteration time at chunk = CHUNK_FRACTIONS · C(B)
+    budget_left: FloatArray  # (nk, nb) chunk budget C(B) per token budget
+    mixed_s: FloatArray  # (nk, nb, nf) iteration time at chunk = CHUNK_FRACTIONS · C(B)
     prompt_prefill_s: FloatArray  # (ni,) prefill-only pass of each prompt point (unchunked)
 
     def decode(self, b: FloatArray) -> FloatArray:
-        return np.interp(b, self.batch, self.mixed_s[:, 0])
+        return np.interp(b, self.batch, self.mixed_s[0, :, 0])
 
-    def mixed(self, b: FloatArray, chunk_tokens: FloatArray) -> FloatArray:
-        """Iteration time with decode batch ``b`` (shape (n, 1)) and ``chunk_tokens`` prefill tokens (n, k):
-        linear in the batch between grid rows, piecewise linear in the chunk fraction."""
+    def mixed(self, b: FloatArray, chunk_tokens: FloatArray, budget: NDArray[np.intp] | int = 0) -> FloatArray:
+        """Iteration time with decode batch ``b`` (shape (n, 1)) and ``chunk_tokens`` prefill tokens (n, k),
+        under the token budget of index ``budget`` (shape (n,) or a scalar): linear in the batch between grid
+        rows, piecewise linear in the chunk fraction."""
         b = np.asarray(b, dtype=np.float64)
         grid = self.batch
         i0 = np.clip(np.searchsorted(grid, b, side="right") - 1, 0, len(grid) - 2)
         a = np.clip((b - grid[i0]) / (grid[i0 + 1] - grid[i0]), 0.0, 1.0)
-        rows = self.mixed_s[i0[..., 0]] * (1.0 - a) + self.mixed_s[i0[..., 0] + 1] * a  # (n, nf)
-        c_left = self.budget_left[i0] * (1.0 - a) + self.budget_left[i0 + 1] * a  # (n, 1)
+        k = np.broadcast_to(np.asarray(budget, dtype=np.intp), i0.shape[:1])
+        r0 = i0[..., 0]
+        rows = self.mixed_s[k, r0] * (1.0 - a) + self.mixed_s[k, r0 + 1] * a  # (n, nf)
+        c_left = (self.budget_left[k, r0] * (1.0 - a[..., 0]) + self.budget_left[k, r0 + 1] * a[..., 0])[:, None]
         frac = np.clip(np.asarray(chunk_tokens) / np.maximum(c_left, 1.0), 0.0, 1.0)
         j = np.clip(np.searchsorted(CHUNK_FRACTIONS, frac, side="right") - 1, 0, len(CHUNK_FRACTIONS) - 2)
         f0 = CHUNK_FRACTIONS[j]
         f1 = CHUNK_FRACTIONS[j + 1]
-        t0 = np.take_along_axis(rows, j, axis=1)
-        t1 = np.take_along_axis(rows, j + 1, axis=1)
+        r = np.arange(rows.shape[0])[:, None]
+        t0 = rows[r, j]
+        t1 = rows[r, j + 1]
         return t0 + (t1 - t0) * (frac - f0) / (f1 - f0)
 
 
@@ -98,11 +102,20 @@ class SteadyState:
 class AggregatedModel:
     """Closed-form model of one replica of an aggregated deployment."""
 
-    def __init__(self, problem: ServingProblem) -> None:
+    def __init__(self, problem: ServingProblem, token_budgets: FloatArray | None = None,
+                 tabulate: bool = True) -> None:
+        """``token_budgets``: tabulate several token budgets at once (the chunk-budget search); the
+        deployment's own ``token_budget`` is used otherwise. States of budget ``k`` are computed with
+        ``budget=k``; the single-budget methods (``steady_state``, closed loops) use index 0.
+        ``tabulate=False`` leaves the cost-model grid to the caller: pass ``table_inputs()`` to
+        ``mixed_step_latency_s`` (batched with other work on the same GPU) and hand the results to
+        ``set_tables``."""
         dep = problem.deployment
         assert isinstance(dep, AggregatedDeployment)
         self.problem = problem
         self.dep = dep
+        self.budgets = np.atleast_1d(np.asarray(
+            [dep.token_budget] if token_budgets is None else token_budgets, dtype=np.float64))
         w = problem.workload
         self.ctx = CostContext(model=problem.model, gpu=dep.gpu, engine=problem.engine,
                                weight_dtype=problem.weight_dtype, kv_dtype=problem.kv_dtype,
@@ -139,29 +152,35 @@ class AggregatedModel:
                 f"the KV cache of one replica holds {self.plan.kv_capacity_tokens} tokens, less than the longest "
                 f"prompt ({int(w.input_tokens.max)} tokens)", kv_capacity_tokens=self.plan.kv_capacity_tokens,
             )
-        self.tables = self._tabulate()
+        self._grid = np.unique(np.concatenate([[0.0, 1.0], np.geomspace(1.0, max(self.batch_cap, 1.0),
+                                                                         NUM_BATCH_POINTS)]))
+        if tabulate:
+            mixed_in, prompt_in = self.table_inputs()
+            self.set_tables(mixed_step_latency_s(self.ctx, **mixed_in), mixed_step_latency_s(self.ctx, **prompt_in))
 
     # -- the cost-model grid --------------------------------------------------------------------------------
-    def _tabulate(self) -> _Tables:
-        dep = self.dep
-        top = max(self.batch_cap, 1.0)
-        grid = np.unique(np.concatenate([[0.0, 1.0], np.geomspace(1.0, top, NUM_BATCH_POINTS)]))
-        budget_left = np.maximum(dep.token_budget - grid, 1.0)
-        chunk = CHUNK_FRACTIONS[None, :] * budget_left[:, None]
+    def table_inputs(self) -> tuple[dict[str, FloatArray | float], dict[str, FloatArray | float]]:
+        """Keyword arguments of ``mixed_step_latency_s`` for the (budget × batch × chunk) grid of mixed
+        iterations and for each prompt point's prefill-only pass."""
+        grid = self._grid
+        budget_left = np.maximum(self.budgets[:, None] - grid[None, :], 1.0)  # (nk, nb)
+        chunk = CHUNK_FRACTIONS[None, None, :] * budget_left[:, :, None]
         # a chunk's earlier KV: the cached prefix plus, for prompts longer than one chunk, half the rest
         cached = self.hit * float(np.dot(self.in_values, self.in_weights)) + np.maximum(
-            0.0, (self.mean_prompt_compute - budget_left[:, None]) / 2.0)
+            0.0, (self.mean_prompt_compute - budget_left[:, :, None]) / 2.0)
         seqs = np.maximum(1.0, chunk / self.mean_prompt_compute)
-        mixed = mixed_step_latency_s(
-            self.ctx, decode_batch=grid[:, None], decode_context_tokens=self.decode_context,
-            prefill_tokens=chunk, prefill_cached_tokens=cached * (chunk > 0), prefill_sequences=seqs,
-        )
-        prompt = mixed_step_latency_s(
-            self.ctx, decode_batch=0.0, decode_context_tokens=0.0, prefill_tokens=self.prompt_compute,
-            prefill_cached_tokens=np.round(self.in_values * self.hit), prefill_sequences=1.0,
-        )
-        return _Tables(batch=grid, budget_left=budget_left, mixed_s=np.broadcast_to(mixed, chunk.shape).copy(),
-                       prompt_prefill_s=np.broadcast_to(prompt, self.prompt_compute.shape).copy())
+        mixed = dict(decode_batch=grid[None, :, None], decode_context_tokens=self.decode_context,
+                     prefill_tokens=chunk, prefill_cached_tokens=cached * (chunk > 0), prefill_sequences=seqs)
+        prompt = dict(decode_batch=0.0, decode_context_tokens=0.0, prefill_tokens=self.prompt_compute,
+                      prefill_cached_tokens=np.round(self.in_values * self.hit), prefill_sequences=1.0)
+        return mixed, prompt
+
+    def set_tables(self, mixed_s: FloatArray, prompt_prefill_s: FloatArray) -> None:
+        grid = self._grid
+        budget_left = np.maximum(self.budgets[:, None] - grid[None, :], 1.0)
+        shape = (self.budgets.size, grid.size, CHUNK_FRACTIONS.size)
+        self.tables = _Tables(batch=grid, budget_left=budget_left, mixed_s=np.broadcast_to(mixed_s, shape).copy(),
+                              prompt_prefill_s=np.broadcast_to(prompt_prefill_s, self.prompt_compute.shape).copy())
 
     # -- steady state ---------------------------------------------------------------------------------------
     # The fixed point is solved backwards: for a decode batch B every balance equation is explicit in λ
@@ -201,13 +220,20 @@ class AggregatedModel:
                               for k, v in st.__dict__.items()})
 
     def _at_batch(self, b: FloatArray, arrival_scv: float, wait_scale: float,
-                  rate_per_s: FloatArray | None = None) -> SteadyState:
+                  rate_per_s: FloatArray | None = None, budget: NDArray[np.intp] | int = 0) -> SteadyState:
         if self.dep.chunked_prefill:
-            return self._chunked(b, arrival_scv, wait_scale, rate_per_s)
+            return self._chunked(b, arrival_scv, wait_scale, rate_per_s, budget)
         return self._unchunked(b, arrival_scv, wait_scale, rate_per_s)
 
+    def states_at_batch(self, b: FloatArray, budget: NDArray[np.intp] | int = 0, arrival_scv: float = 1.0,
+                        wait_scale: float = 1.0) -> SteadyState:
+        """Steady states at decode batches ``b`` (1-D) under the token budgets of index ``budget`` (one per
+        point, or a scalar), their rates solved from the balance equations: the optimizers walk these."""
+        b = np.atleast_1d(np.asarray(b, dtype=np.float64))
+        return self._at_batch(b, arrival_scv, wait_scale, None, np.broadcast_to(np.asarray(budget, np.intp), b.shape))
+
     def _chunked(self, b: FloatArray, arrival_scv: float, wait_scale: float,
-                 rate_per_s: FloatArray | None) -> SteadyState:
+                 rate_per_s: FloatArray | None, budget: NDArray[np.intp] | int = 0) -> SteadyState:
         tb = self.tables
         lp = self.prompt_compute[None, :]
         w = self.in_weights[None, :]
@@ -215,10 +241,11 @@ class AggregatedModel:
         # the batch a decoding request runs in: itself plus the others (Poisson for an open loop, the M/G/∞
         # occupancy seen from inside; the other N − 1 clients' share for a closed loop)
         seen = np.minimum(b * wait_scale + 1.0, max(self.batch_cap, 1.0))
-        c_left = np.maximum(self.dep.token_budget - seen, 1.0)[:, None]
+        k_idx = np.broadcast_to(np.asarray(budget, dtype=np.intp), b.shape)
+        c_left = np.maximum(self.budgets[k_idx] - seen, 1.0)[:, None]
         n_chunks = np.ceil(lp / c_left)
         last = lp - (n_chunks - 1.0) * c_left
-        t_full = tb.mixed(seen[:, None], np.broadcast_to(c_left, n_chunks.shape))
+        t_full = tb.mixed(seen[:, None], np.broadcast_to(c_left, n_chunks.shape), k_idx)
         tau_d = tb.decode(seen)
         iters_per_req = np.sum(w * n_chunks, axis=1)
         u = np.zeros_like(b) if rate_per_s is None else np.zeros_like(b)
@@ -226,7 +253,7 @@ class AggregatedModel:
             # with another prompt waiting (probability ≈ u) the last chunk's spare budget takes its tokens
             last_topped = last + np.minimum(u, MAX_UTILIZATION)[:, None] * np.minimum(c_left - last,
                                                                                        self.mean_prompt_compute)
-            t_last = tb.mixed(seen[:, None], last_topped)
+            t_last = tb.mixed(seen[:, None], last_topped, k_idx)
             tokens_per_iter = np.sum(w * ((n_chunks - 1.0) * c_left + last_topped), axis=1) / iters_per_req
             tau_m = np.sum(w * ((n_chunks - 1.0) * t_full + t_last), axis=1) / iters_per_req
             k = self.mean_prompt_compute / tokens_per_iter  # mixed iterations per request

@@ -69,6 +69,17 @@ def choose_link(dep: DisaggregatedDeployment) -> KvLinkChoice:
                         reason=f"{link}: {why}; {senders} GPU(s) send in parallel{caveat}")
 
 
+def kv_transfer_s(kv_bytes: FloatArray, bandwidth_bytes_per_s: float | FloatArray, prefill_s: FloatArray,
+                  num_layers: int) -> tuple[FloatArray, FloatArray]:
+    """(whole, exposed) KV-transfer time per prompt [s]. Layer-wise transfer: layer l's KV leaves as soon as
+    layer l is computed; what the prefill cannot hide is the last layer's share, any excess of the transfer
+    over the compute, and the hand-off (``KV_HANDOFF_S``)."""
+    full = np.asarray(kv_bytes, dtype=np.float64) / bandwidth_bytes_per_s
+    layers = max(int(num_layers), 1)
+    exposed = KV_HANDOFF_S + full / layers + np.maximum(0.0, full - prefill_s * (layers - 1) / layers)
+    return full + KV_HANDOFF_S, exposed
+
+
 def _pool_ctx(problem: ServingProblem, pool: PoolSpec) -> CostContext:
     return CostContext(model=problem.model, gpu=pool.gpu, engine=problem.engine, weight_dtype=problem.weight_dtype,
                        kv_dtype=problem.kv_dtype, parallelism=pool.parallelism)
@@ -125,12 +136,8 @@ class DisaggregatedModel:
         self.link = choose_link(dep)
         kv_bytes_per_token = problem.model.kv_cache_bytes_per_token(DTYPE_BYTES[problem.kv_dtype])
         self.kv_bytes = self.in_values * kv_bytes_per_token
-        full = self.kv_bytes / self.link.bandwidth_bytes_per_s
-        layers = max(problem.model.num_layers, 1)
-        # layer-wise transfer: layer l's KV leaves as soon as layer l is computed; what the prefill
-        # cannot hide is the last layer's share, any excess of the transfer over the compute, and the hand-off
-        self.transfer_full_s = full + KV_HANDOFF_S
-        self.transfer_s = KV_HANDOFF_S + full / layers + np.maximum(0.0, full - self.prefill_s * (layers - 1) / layers)
+        self.transfer_full_s, self.transfer_s = kv_transfer_s(
+            self.kv_bytes, self.link.bandwidth_bytes_per_s, self.prefill_s, problem.model.num_layers)
         grid = np.unique(np.concatenate([[1.0], np.geomspace(1.0, max(self.batch_cap, 1.0), NUM_BATCH_POINTS)]))
         self.batch_grid = grid
         self.decode_table = np.broadcast_to(

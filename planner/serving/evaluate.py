@@ -44,7 +44,7 @@ def _stats(mean: float, q: FloatArray) -> LatencyStats:
     return LatencyStats(mean=float(mean), p50=float(q[0]), p90=float(q[1]), p99=float(q[2]))
 
 
-def _compress(values: FloatArray, weights: FloatArray, k: int = MAX_POINTS) -> tuple[FloatArray, FloatArray]:
+def compress_points(values: FloatArray, weights: FloatArray, k: int = MAX_POINTS) -> tuple[FloatArray, FloatArray]:
     """Re-bin a discrete distribution into ``k`` equal-mass points (keeps quantile solves cheap)."""
     v, w = values.ravel(), weights.ravel()
     if v.size <= k:
@@ -217,7 +217,7 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
         if float(np.sum(in_w[sel])) <= 0.0:
             continue
         grid = shifts[sel][:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean
-        v, wt = _compress(grid, in_w[sel][:, None] * out_w[None, :], MAX_POINTS // 4)
+        v, wt = compress_points(grid, in_w[sel][:, None] * out_w[None, :], MAX_POINTS // 4)
         share = float(np.sum(in_w[sel]))
         pts.append(v)
         wts.append(wt * share)
@@ -288,7 +288,7 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     tpot_mean, tpot_q = _tpot_distribution(itl_v, itl_w, out_v, out_w)
     itl_q = Q.weighted_quantiles(itl_v, itl_w, QUANTILES)
     slot = float(st.decode_slot_wait_s[0]) if np.isfinite(st.decode_slot_wait_s[0]) else 0.0
-    e2e_shift, e2e_w = _compress(shifts[:, None] + slot + np.maximum(out_v - 1.0, 0.0)[None, :] * tau,
+    e2e_shift, e2e_w = compress_points(shifts[:, None] + slot + np.maximum(out_v - 1.0, 0.0)[None, :] * tau,
                                  in_w[:, None] * out_w[None, :])
     e2e_q = Q.quantiles_of_shifted_wait(e2e_shift, e2e_w, p_wait=p_wait if wq > 0 else 0.0, mean_wait_s=wq,
                                         quantiles=QUANTILES)

@@ -1,5 +1,5 @@
 """One router per OpenAPI tag; ``ROUTERS`` is what the app mounts under ``/v1``."""
 
-from planner.api.routers import estimate, evaluate, gpus, models
+from planner.api.routers import estimate, evaluate, gpus, models, plan
 
-ROUTERS = (gpus.router, models.router, estimate.router, evaluate.router)
+ROUTERS = (gpus.router, models.router, estimate.router, evaluate.router, plan.router)

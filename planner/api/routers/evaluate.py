@@ -79,7 +79,7 @@ def _at(field: str, build: Callable[[], _T]) -> _T:
         raise InvalidInput(exc.detail, **(exc.extra | {"field": path})) from exc
 
 
-def _gpu(catalogs: Catalogs, gpu_id: str, field: str) -> GpuSpec:
+def resolve_gpu(catalogs: Catalogs, gpu_id: str, field: str) -> GpuSpec:
     try:
         return find_gpu(catalogs.gpus, gpu_id)
     except UnknownGpu as exc:
@@ -96,7 +96,7 @@ def _check_count(field: str, count: int) -> None:
         )
 
 
-def _lengths(spec: LengthsIn, field: str) -> LengthDistribution:
+def build_lengths(spec: LengthsIn, field: str) -> LengthDistribution:
     if isinstance(spec, int):
         return _at(field, lambda: fixed_length(spec))
     if isinstance(spec, LognormalLengthsIn):
@@ -117,8 +117,8 @@ def _lengths(spec: LengthsIn, field: str) -> LengthDistribution:
 
 def build_workload(body: WorkloadIn) -> Workload:
     """The core's ``Workload`` of a request's ``workload`` (distribution constructors of ``workload.py``)."""
-    input_tokens = _lengths(body.input_tokens, "workload.input_tokens")
-    output_tokens = _lengths(body.output_tokens, "workload.output_tokens")
+    input_tokens = build_lengths(body.input_tokens, "workload.input_tokens")
+    output_tokens = build_lengths(body.output_tokens, "workload.output_tokens")
     arrival = _at("workload", lambda: Arrival(**body.arrival.model_dump()))
     return _at(
         "workload",
@@ -131,7 +131,7 @@ def build_workload(body: WorkloadIn) -> Workload:
     )
 
 
-def _parallelism(body: ParallelismIn) -> Parallelism:
+def build_parallelism(body: ParallelismIn) -> Parallelism:
     return Parallelism(**body.model_dump())
 
 
@@ -159,8 +159,8 @@ def build_deployment(
     """The core's deployment, with the engine's scheduler defaults filled in (explained in ``notes``)."""
     if isinstance(body, AggregatedDeploymentIn):
         return AggregatedDeployment(
-            gpu=_gpu(catalogs, body.gpu, "deployment.gpu"),
-            parallelism=_parallelism(body.parallelism),
+            gpu=resolve_gpu(catalogs, body.gpu, "deployment.gpu"),
+            parallelism=build_parallelism(body.parallelism),
             replicas=body.replicas,
             max_batch_size=body.max_batch_size or DEFAULT_MAX_BATCH_SIZE,
             token_budget=_default_budget(body, workload, notes),
@@ -169,8 +169,8 @@ def build_deployment(
 
     def pool(spec: PoolIn, name: str) -> PoolSpec:
         return PoolSpec(
-            gpu=_gpu(catalogs, spec.gpu, f"deployment.{name}.gpu"),
-            parallelism=_parallelism(spec.parallelism),
+            gpu=resolve_gpu(catalogs, spec.gpu, f"deployment.{name}.gpu"),
+            parallelism=build_parallelism(spec.parallelism),
             workers=spec.workers,
             max_batch_size=spec.max_batch_size or DEFAULT_MAX_BATCH_SIZE,
             token_budget=spec.token_budget or DEFAULT_TOKEN_BUDGET,
@@ -204,7 +204,7 @@ def _build_slo(body: SloIn | None) -> Slo | None:
     return Slo(**body.model_dump())
 
 
-def _inherited_efficiency_notes(gpus: list[GpuSpec]) -> list[str]:
+def inherited_efficiency_notes(gpus: list[GpuSpec]) -> list[str]:
     return [
         f"{gpu.id}: kernel efficiencies were not fitted on this GPU's family; they come from "
         f"{gpu.efficiency_origin}"
@@ -213,7 +213,7 @@ def _inherited_efficiency_notes(gpus: list[GpuSpec]) -> list[str]:
     ]
 
 
-def _parallelism_out(par: Parallelism) -> ParallelismOut:
+def parallelism_out(par: Parallelism) -> ParallelismOut:
     return ParallelismOut(tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, num_gpus=par.num_gpus)
 
 
@@ -222,7 +222,7 @@ def _deployment_echo(dep: AggregatedDeployment | DisaggregatedDeployment) -> dic
         return AggregatedDeploymentOut(
             mode="aggregated",
             gpu=dep.gpu.id,
-            parallelism=_parallelism_out(dep.parallelism),
+            parallelism=parallelism_out(dep.parallelism),
             replicas=dep.replicas,
             max_batch_size=dep.max_batch_size,
             token_budget=dep.token_budget,
@@ -232,7 +232,7 @@ def _deployment_echo(dep: AggregatedDeployment | DisaggregatedDeployment) -> dic
     def pool(spec: PoolSpec) -> PoolOut:
         return PoolOut(
             gpu=spec.gpu.id,
-            parallelism=_parallelism_out(spec.parallelism),
+            parallelism=parallelism_out(spec.parallelism),
             workers=spec.workers,
             max_batch_size=spec.max_batch_size,
             token_budget=spec.token_budget,
@@ -309,7 +309,7 @@ def evaluate_deployment(body: EvaluateRequest, catalogs: CatalogsDep) -> Evaluat
         else [deployment.prefill.gpu, deployment.decode.gpu]
     )
     metrics = _metrics(evaluation)
-    metrics["warnings"] = notes + _inherited_efficiency_notes(gpus) + metrics["warnings"]
+    metrics["warnings"] = notes + inherited_efficiency_notes(gpus) + metrics["warnings"]
     return EvaluateResponse.model_validate(
         metrics
         | {

@@ -1,0 +1,357 @@
+"""SLO capacity: the largest arrival rate a configuration serves while meeting a TTFT and an ITL target.
+
+The searches of this package all stand on one question, asked of many configurations at once: how much
+load can this (GPU, parallelism, scheduler) serve before the TTFT or ITL percentile of the SLO is missed?
+Each answer is read off the closed-form steady states of :mod:`planner.serving`, with the same
+distributions ``evaluate`` reports (so a chosen configuration meets its SLO when evaluated):
+
+- TTFT: an atom-plus-exponential queue wait added to a discrete prompt-length distribution; its CDF at
+  the target is a closed form (``queueing.quantiles_of_shifted_wait``), so "the p-th percentile is within
+  target" is tested as ``F(target) ≥ p`` without solving for the percentile.
+- ITL: the discrete distribution of iteration times a decoding stream sees, spread by the decode batch's
+  fluctuation (``evaluate.batch_fluctuation``); "within target" is ``P(ITL ≤ target) ≥ p``.
+
+Load only makes latency worse along the stable branch of a steady-state curve, so the capacity is where
+the curve first leaves the SLO: found on the curve's grid, then refined on two nested sub-grids (each 16
+points; the bracket ends ~1/256 of a grid cell wide, < 0.1 % of the rate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import special
+
+from planner.serving.aggregated import MAX_UTILIZATION, AggregatedModel, SteadyState
+from planner.serving.evaluate import FLUCTUATION_Z
+from planner.serving.types import Slo
+
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+#: curve points per budget (the stable branch of λ(B)); refinement sub-grid points
+CURVE_POINTS = 16
+REFINE_POINTS = 16
+REFINE_ROUNDS = 2
+
+
+# --------------------------------------------------------------------------- distributions, vectorized
+
+
+def shifted_wait_cdf(
+    t: FloatArray | float,
+    shifts: FloatArray,
+    weights: FloatArray,
+    p_wait: FloatArray,
+    mean_wait_s: FloatArray,
+) -> FloatArray:
+    """``P(W + S ≤ t)`` per row: ``shifts`` (n, m) with ``weights`` (m,) or (n, m), ``W`` an atom at zero of mass
+    ``1 − p_wait`` (n,) plus an exponential tail of mean ``mean_wait_s / p_wait`` (the queueing module's law)."""
+    t = np.asarray(t, dtype=np.float64)
+    w = np.broadcast_to(weights, shifts.shape)
+    p = np.asarray(p_wait, dtype=np.float64)[:, None]
+    m = np.asarray(mean_wait_s, dtype=np.float64)[:, None]
+    waits = (p > 0) & (m > 0) & np.isfinite(m)
+    theta = np.where(waits, m / np.where(waits, p, 1.0), 1.0)
+    gap = (t[..., None] if t.ndim else t) - shifts
+    tail = np.where(waits, p * np.exp(-np.maximum(gap, 0.0) / theta), 0.0)
+    cdf = np.sum(w * (gap >= 0) * (1.0 - tail), axis=-1) / np.sum(w, axis=-1)
+    return np.where(np.isfinite(np.asarray(mean_wait_s)), cdf, 0.0)
+
+
+def shifted_wait_quantile(
+    q: float,
+    shifts: FloatArray,
+    weights: FloatArray,
+    p_wait: FloatArray,
+    mean_wait_s: FloatArray,
+    grid_points: int = 64,
+    halvings: int = 12,
+) -> FloatArray:
+    """The ``q`` quantile of each row's ``W + S`` (see :func:`shifted_wait_cdf`): bracketed on an even grid of
+    ``grid_points`` between the smallest shift and a bound past the quantile, then ``halvings`` vectorized
+    halvings of the bracket (to 1/(64·4096) of the range); ``inf`` where the wait is unbounded."""
+    finite = np.isfinite(mean_wait_s)
+    m = np.where(finite, mean_wait_s, 0.0)
+    p = np.where(finite, p_wait, 0.0)
+    theta = np.where((p > 0) & (m > 0), m / np.maximum(p, 1e-300), 0.0)
+    lo0 = np.min(shifts, axis=1)
+    hi0 = np.max(shifts, axis=1) + theta * (np.log(1.0 / max(1e-12, 1.0 - q)) + 1.0) + 1e-12
+    frac = np.linspace(0.0, 1.0, grid_points + 1)
+    grid = lo0[:, None] + (hi0 - lo0)[:, None] * frac[None, :]  # (n, g)
+    w = np.broadcast_to(weights, shifts.shape)
+    gap = grid[:, :, None] - shifts[:, None, :]
+    tail = np.where(
+        (p > 0)[:, None, None],
+        p[:, None, None] * np.exp(-np.maximum(gap, 0.0) / np.where(theta > 0, theta, 1.0)[:, None, None]),
+        0.0,
+    )
+    cdf = np.sum(w[:, None, :] * (gap >= 0) * (1.0 - tail), axis=2) / np.sum(w, axis=1)[:, None]
+    idx = np.minimum(np.sum(cdf < q, axis=1), grid_points)
+    rows = np.arange(shifts.shape[0])
+    hi = grid[rows, idx]
+    lo = np.where(idx > 0, grid[rows, np.maximum(idx - 1, 0)], hi)
+    for _ in range(halvings):
+        mid = 0.5 * (lo + hi)
+        below = shifted_wait_cdf(mid, shifts, weights, p, m) < q
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    return np.where(finite, hi, np.inf)
+
+
+def discrete_cdf(t: float, values: FloatArray, weights: FloatArray) -> FloatArray:
+    """``P(X ≤ t)`` per row of a discrete distribution (``values``, ``weights`` of shape (n, m))."""
+    return np.sum(weights * (values <= t * (1.0 + 1e-12)), axis=-1) / np.sum(weights, axis=-1)
+
+
+def discrete_quantile(q: float, values: FloatArray, weights: FloatArray) -> FloatArray:
+    """The ``q`` quantile of each row (the smallest value whose CDF reaches ``q``, as
+    ``queueing.weighted_quantiles``)."""
+    order = np.argsort(values, axis=1)
+    v = np.take_along_axis(values, order, axis=1)
+    cdf = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
+    cdf /= cdf[:, -1:]
+    idx = np.minimum(np.sum(cdf < q - 1e-12, axis=1), values.shape[1] - 1)
+    return v[np.arange(values.shape[0]), idx]
+
+
+# --------------------------------------------------------------------------- aggregated serving
+
+
+@dataclass(frozen=True, kw_only=True)
+class AggregatedLatency:
+    """Per steady state: the TTFT and ITL distributions in the compact form the SLO tests need."""
+
+    ttft_shifts_s: FloatArray  # (n, ni)
+    ttft_weights: FloatArray  # (ni,)
+    p_wait: FloatArray  # (n,)
+    mean_wait_s: FloatArray  # (n,)
+    itl_values_s: FloatArray  # (n, m)
+    itl_weights: FloatArray  # (n, m)
+
+
+def aggregated_latency(model: AggregatedModel, st: SteadyState) -> AggregatedLatency:
+    """The distributions ``evaluate`` builds for an open loop, for every state of ``st`` at once."""
+    overhead = model.problem.engine.request_overhead_s
+    u = np.minimum(st.prefill_utilization, MAX_UTILIZATION)
+    wq = st.queue_wait_s
+    shifts = overhead + st.residual_s[:, None] + st.own_prefill_s
+    p_mixed = np.minimum(st.mixed_iteration_rate_per_s / st.iteration_rate_per_s, 1.0)
+    kinds_w = st.mixed_kind_weight
+    if not model.dep.chunked_prefill:
+        kinds_w = kinds_w / np.sum(kinds_w, axis=1, keepdims=True)
+    kinds_s = st.mixed_kind_s
+    ni = model.in_values.size
+    if model.dep.chunked_prefill and kinds_s.shape[1] == 2 * ni and ni > 1:
+        # the full-chunk kinds are one iteration time (the chunk does not depend on the prompt): merge them
+        kinds_s = np.concatenate([kinds_s[:, :1], kinds_s[:, ni:]], axis=1)
+        kinds_w = np.concatenate([np.sum(kinds_w[:, :ni], axis=1, keepdims=True), kinds_w[:, ni:]], axis=1)
+    base_v = np.concatenate([st.decode_iteration_s[:, None], kinds_s], axis=1)
+    base_w = np.concatenate([(1.0 - p_mixed)[:, None], p_mixed[:, None] * kinds_w], axis=1)
+    # the decode batch's fluctuation (Poisson occupancy, size-biased), as evaluate.batch_fluctuation
+    b = st.batch[:, None]
+    pts = np.clip(
+        np.round(b + np.sqrt(np.maximum(b, 0.0)) * FLUCTUATION_Z[None, :]), 1.0, max(model.batch_cap, 1.0)
+    )
+    bw = pts / np.sum(pts, axis=1, keepdims=True)
+    shift = model.tables.decode(pts) - st.decode_iteration_s[:, None]
+    shift -= np.sum(shift * bw, axis=1, keepdims=True)
+    idle = st.batch <= 0
+    shift[idle] = 0.0
+    bw[idle] = 1.0 / bw.shape[1]
+    itl_v = (base_v[:, :, None] + shift[:, None, :]).reshape(len(b), -1)
+    itl_w = (base_w[:, :, None] * bw[:, None, :]).reshape(len(b), -1)
+    return AggregatedLatency(
+        ttft_shifts_s=shifts,
+        ttft_weights=model.in_weights,
+        p_wait=np.where(wq > 0, u, 0.0),
+        mean_wait_s=wq,
+        itl_values_s=itl_v,
+        itl_weights=itl_w,
+    )
+
+
+def slo_checks(lat: AggregatedLatency, slo: Slo) -> tuple[BoolArray, BoolArray]:
+    """(TTFT target met, ITL target met) per state; a target the SLO does not set is always met."""
+    n = lat.p_wait.shape[0]
+    ttft_ok = np.ones(n, dtype=bool)
+    itl_ok = np.ones(n, dtype=bool)
+    if slo.ttft_s is not None:
+        f = shifted_wait_cdf(slo.ttft_s, lat.ttft_shifts_s, lat.ttft_weights, lat.p_wait, lat.mean_wait_s)
+        ttft_ok = f >= slo.ttft_percentile / 100.0 - 1e-12
+    if slo.itl_s is not None:
+        itl_ok = (
+            discrete_cdf(slo.itl_s, lat.itl_values_s, lat.itl_weights) >= slo.itl_percentile / 100.0 - 1e-12
+        )
+    return ttft_ok, itl_ok
+
+
+@dataclass(frozen=True, kw_only=True)
+class AggregatedCapacity:
+    """Per token budget (the model's ``budgets``): the SLO capacity of one replica and where it stops."""
+
+    budgets: FloatArray  # (nk,)
+    #: largest per-replica rate within the SLO [requests/s] (0 when not even a lone request meets it)
+    rate_per_s: FloatArray
+    #: the decode batch at that rate
+    batch: FloatArray
+    #: what stops more load: "ttft", "itl", "prefill_saturation" or "batch_capacity" (the KV cache or the
+    #: largest max_batch_size searched); "ttft_at_zero_load" / "itl_at_zero_load" when nothing meets it
+    binding: tuple[str, ...]
+    #: the state at the capacity, one per budget
+    state: SteadyState
+    #: the stable branch of each budget's curve: batch, rate and SLO flags, shapes (nk, CURVE_POINTS + 1)
+    curve_batch: FloatArray
+    curve_rate_per_s: FloatArray
+    curve_ok: BoolArray
+    curve_mean_itl_s: FloatArray
+
+
+def take_states(st: SteadyState, idx: NDArray[np.intp]) -> SteadyState:
+    n = st.batch.shape[0]
+    return SteadyState(
+        **{
+            k: (v[idx] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v)
+            for k, v in st.__dict__.items()
+        }
+    )
+
+
+def aggregated_capacity(model: AggregatedModel, slo: Slo, arrival_scv: float = 1.0) -> AggregatedCapacity:
+    """SLO capacity of one replica for each of ``model.budgets`` (one vectorized pass per refinement)."""
+    nk = model.budgets.size
+    cap = max(model.batch_cap, 1e-3)
+    b_row = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, CURVE_POINTS)])
+    nb = b_row.size
+    kk = np.repeat(np.arange(nk), nb)
+    st = model.states_at_batch(np.tile(b_row, nk), kk, arrival_scv)
+    lam = st.rate_per_s.reshape(nk, nb)
+    ok = (st.stable & np.isfinite(st.rate_per_s)).reshape(nk, nb)
+    ok &= lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf), axis=1)
+    ttft_ok, itl_ok = slo_checks(aggregated_latency(model, st), slo)
+    ttft_ok, itl_ok = ttft_ok.reshape(nk, nb), itl_ok.reshape(nk, nb)
+    good = np.cumprod(ok & ttft_ok & itl_ok, axis=1).astype(bool)
+    mean_itl = st.mean_iteration_s.reshape(nk, nb)
+    last = np.sum(good, axis=1) - 1  # last good curve index, −1 when none
+    rows = np.arange(nk)
+    b_lo = np.where(last >= 0, b_row[np.maximum(last, 0)], 0.0)
+    inside = (last >= 0) & (last < nb - 1)
+    b_hi = np.where(inside, b_row[np.minimum(last + 1, nb - 1)], b_lo)
+    # why the first bad point is bad (the first of prefill saturation, TTFT, ITL, in that order)
+    nxt = np.minimum(last + 1, nb - 1)
+    why = np.where(~ok[rows, nxt], 0, np.where(~ttft_ok[rows, nxt], 1, 2))
+    for _ in range(REFINE_ROUNDS):
+        sel = np.flatnonzero(inside)
+        if sel.size == 0:
+            break
+        frac = np.linspace(0.0, 1.0, REFINE_POINTS + 2)[1:-1]
+        bs = (b_lo[sel, None] + (b_hi[sel, None] - b_lo[sel, None]) * frac[None, :]).ravel()
+        ks = np.repeat(sel, frac.size)
+        sub = model.states_at_batch(bs, ks, arrival_scv)
+        t_ok, i_ok = slo_checks(aggregated_latency(model, sub), slo)
+        s_ok = sub.stable & np.isfinite(sub.rate_per_s)
+        g = np.cumprod((s_ok & t_ok & i_ok).reshape(sel.size, -1), axis=1).astype(bool)
+        n_good = np.sum(g, axis=1)
+        width = (b_hi[sel] - b_lo[sel]) / (REFINE_POINTS + 1)
+        new_lo = b_lo[sel] + width * n_good
+        bad = np.minimum(n_good, frac.size - 1)
+        pick = bad + np.arange(sel.size) * frac.size
+        why_sub = np.where(~s_ok[pick], 0, np.where(~t_ok[pick], 1, 2))
+        why[sel] = np.where(n_good < frac.size, why_sub, why[sel])
+        b_hi[sel] = new_lo + width
+        b_lo[sel] = new_lo
+    final = model.states_at_batch(b_lo, rows, arrival_scv)
+    rate = np.where(last >= 0, final.rate_per_s, 0.0)
+    binding = []
+    for k in range(nk):
+        if last[k] < 0:
+            binding.append("ttft_at_zero_load" if not ttft_ok[k, 0] else "itl_at_zero_load")
+        elif not inside[k]:
+            binding.append("batch_capacity")
+        else:
+            binding.append(("prefill_saturation", "ttft", "itl")[int(why[k])])
+    return AggregatedCapacity(
+        budgets=model.budgets.copy(),
+        rate_per_s=rate,
+        batch=np.where(last >= 0, b_lo, 0.0),
+        binding=tuple(binding),
+        state=final,
+        curve_batch=np.broadcast_to(b_row, (nk, nb)).copy(),
+        curve_rate_per_s=np.where(ok, lam, np.nan),
+        curve_ok=good,
+        curve_mean_itl_s=mean_itl,
+    )
+
+
+def capacity_at_batch_limits(
+    model: AggregatedModel, cap: AggregatedCapacity, batch_limits: FloatArray, arrival_scv: float = 1.0
+) -> FloatArray:
+    """SLO capacity [requests/s] per (budget, max batch size): the budget's capacity, or the rate at which the
+    mean decode batch reaches the limit when that comes first. Shape (nk, len(batch_limits))."""
+    lim = np.minimum(np.asarray(batch_limits, dtype=np.float64), model.batch_cap)
+    nk = cap.budgets.size
+    b = np.minimum(cap.batch[:, None], lim[None, :])
+    need = (lim[None, :] < cap.batch[:, None]) & (cap.rate_per_s[:, None] > 0)
+    out = np.broadcast_to(cap.rate_per_s[:, None], b.shape).copy()
+    if np.any(need):
+        ki, li = np.nonzero(need)
+        st = model.states_at_batch(b[ki, li], ki, arrival_scv)
+        out[ki, li] = st.rate_per_s
+    return out.reshape(nk, lim.size)
+
+
+def aggregated_quantiles(model: AggregatedModel, st: SteadyState, slo: Slo) -> tuple[FloatArray, FloatArray]:
+    """(TTFT at the SLO's TTFT percentile, ITL at its ITL percentile) [s] per state."""
+    lat = aggregated_latency(model, st)
+    ttft = shifted_wait_quantile(
+        slo.ttft_percentile / 100.0,
+        lat.ttft_shifts_s,
+        np.broadcast_to(lat.ttft_weights, lat.ttft_shifts_s.shape),
+        lat.p_wait,
+        lat.mean_wait_s,
+    )
+    itl = discrete_quantile(slo.itl_percentile / 100.0, lat.itl_values_s, lat.itl_weights)
+    return ttft, itl
+
+
+def states_at_rate(
+    model: AggregatedModel, rate_per_s: float, arrival_scv: float = 1.0
+) -> tuple[SteadyState, BoolArray]:
+    """The state of every budget at one per-replica rate (as ``steady_state`` does for one budget), and
+    whether each budget sustains it."""
+    nk = model.budgets.size
+    cap = max(model.batch_cap, 1e-3)
+    b_row = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, CURVE_POINTS)])
+    nb = b_row.size
+    st = model.states_at_batch(np.tile(b_row, nk), np.repeat(np.arange(nk), nb), arrival_scv)
+    lam = st.rate_per_s.reshape(nk, nb)
+    ok = (st.stable & np.isfinite(st.rate_per_s)).reshape(nk, nb)
+    ok &= lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf), axis=1)
+    b = np.empty(nk)
+    top = np.empty(nk)
+    for k in range(nk):
+        lk, bk = lam[k][ok[k]], b_row[ok[k]]
+        top[k] = lk[-1] if lk.size else 0.0
+        b[k] = np.interp(min(rate_per_s, top[k]), lk, bk) if lk.size else 0.0
+    at = model._at_batch(b, arrival_scv, 1.0, np.full(nk, float(rate_per_s)), np.arange(nk))
+    return at, at.stable & (rate_per_s <= top * (1.0 + 1e-9))
+
+
+def erlang_c_servers(servers: NDArray[np.intp] | FloatArray, offered_load: FloatArray) -> FloatArray:
+    """Erlang-C probability of waiting for arrays of server counts ``c`` and offered loads ``a`` (broadcast).
+
+    Through Erlang B, which is a ratio of Poisson terms: ``B(c, a) = pmf(c; a) / cdf(c; a)`` (Jagerman,
+    "Some properties of the Erlang loss function", Bell Syst. Tech. J. 53, 1974), and
+    ``C = B / (1 − (a/c)(1 − B))`` (the standard Erlang B–C relation); one special-function call per
+    element instead of a sum over ``c`` terms."""
+    c, a = np.broadcast_arrays(
+        np.asarray(servers, dtype=np.float64), np.asarray(offered_load, dtype=np.float64)
+    )
+    a_safe = np.clip(a, 1e-300, None)
+    log_pmf = c * np.log(a_safe) - a_safe - special.gammaln(c + 1.0)
+    cdf = special.pdtr(c, a_safe)
+    b = np.clip(np.exp(log_pmf) / np.maximum(cdf, 1e-300), 0.0, 1.0)
+    rho = a_safe / np.maximum(c, 1e-300)
+    out = b / np.maximum(1.0 - rho * (1.0 - b), 1e-300)
+    return np.where(a <= 0, 0.0, np.where(a >= c, 1.0, np.clip(out, 0.0, 1.0)))

@@ -1,0 +1,437 @@
+"""The chunk-budget search: which ``token_budget`` (vLLM ``max_num_batched_tokens``) and ``max_batch_size``
+(``max_num_seqs``) serve the most load within the SLO, or, at a fixed load, give the lowest TTFT within
+the ITL target.
+
+The space is discrete (a list of budgets × a list of batch limits) and is searched exhaustively: every
+budget's steady-state curve is built in one vectorized pass (:func:`capacity.aggregated_capacity`), each
+batch limit truncates it (:func:`capacity.capacity_at_batch_limits`), and the best cell is picked from
+the whole table. Ties (objectives within 0.5 %) go to the smaller budget (fewer tokens per iteration:
+shorter stalls for running streams) and then to the smaller batch limit. The chosen configuration is
+then evaluated by ``evaluate`` itself, and the reported metrics are that evaluation's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from planner.costs.passes import mixed_step_latency_many
+from planner.errors import InvalidInput
+from planner.optimize import capacity as C
+from planner.optimize.common import TIE_FRACTION, nearest_feasible_slo, open_loop, verified_evaluation
+from planner.serving.aggregated import AggregatedModel
+from planner.serving.evaluate import compress_points
+from planner.serving.types import AggregatedDeployment, Evaluation, ServingProblem, Slo
+
+#: token budgets searched by default [tokens]: Sarathi-Serve's 256–2048 range up to vLLM's 8192 default and beyond
+DEFAULT_TOKEN_BUDGETS = (256, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
+#: batch limits searched by default [sequences]
+DEFAULT_MAX_BATCH_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
+#: z of the batch limit's margin over the mean decode batch: the limit is chosen at or above the batch's
+#: 99th percentile (Poisson occupancy, normal approximation), so fewer than 1 % of iterations find it full
+BATCH_MARGIN_Z = 2.326
+#: prompt-length points the search costs (``LengthDistribution.coarsened``); the chosen configuration is then
+#: evaluated on the full distribution. 32 points move the capacity by < 0.5 % on a lognormal workload
+#: (tests/unit/test_optimize_chunked.py compares against brute force on the full distribution)
+SEARCH_PROMPT_POINTS = 32
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkedSearch:
+    """A chunk-budget search. ``problem.deployment`` gives the GPU, parallelism and replicas (its budget and
+    batch limit are ignored); ``target_rate_per_s`` (all replicas) switches from "most load" to "lowest TTFT
+    at this load"."""
+
+    problem: ServingProblem
+    slo: Slo
+    arrival_cv: float = 1.0
+    target_rate_per_s: float | None = None
+    token_budgets: tuple[int, ...] = DEFAULT_TOKEN_BUDGETS
+    max_batch_sizes: tuple[int, ...] = DEFAULT_MAX_BATCH_SIZES
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetPoint:
+    """One token budget on the curve, at its best batch limit."""
+
+    token_budget: int
+    max_batch_size: int
+    #: most load served within the SLO, all replicas [requests/s]
+    max_rate_per_s: float
+    #: where the budget is evaluated: its capacity, or the target rate [requests/s]
+    rate_per_s: float
+    #: TTFT and ITL at the SLO's percentiles at that rate [s] (None when the rate is not sustained)
+    ttft_s: float | None
+    itl_s: float | None
+    mean_itl_s: float | None
+    throughput_output_tokens_per_s: float
+    #: prefill time of the mean prompt in chunks of this budget, over its time in one pass, minus 1
+    chunk_overhead_fraction: float
+    binding_constraint: str
+    feasible: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class AggregatedOption:
+    """The best scheduler settings of one aggregated configuration (a GPU, a parallelism, chunked or not),
+    with every budget's point: what the chunk search reports and what the plan ranks."""
+
+    chunked_prefill: bool
+    token_budget: int | None
+    max_batch_size: int | None
+    #: per replica [requests/s]: the SLO capacity of the chosen settings, and the operating rate
+    capacity_per_replica_per_s: float
+    binding_constraint: str
+    points: tuple[BudgetPoint, ...]
+    #: (throughput per replica [output tokens/s], mean ITL [s]) along the chosen budget's SLO-meeting curve
+    frontier: tuple[tuple[float, float], ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkedPlan:
+    status: Literal["optimal", "infeasible"]
+    objective: Literal["max_rate", "min_ttft"]
+    token_budget: int | None
+    max_batch_size: int | None
+    #: the rate the chosen configuration is evaluated at, all replicas [requests/s]
+    rate_per_s: float
+    binding_constraint: str
+    evaluation: Evaluation | None
+    curve: tuple[BudgetPoint, ...]
+    message: str
+    nearest_feasible_slo: Slo | None
+    assumptions: tuple[str, ...]
+
+
+def _chunk_overhead_inputs(
+    model: AggregatedModel, max_points: int = 16
+) -> tuple[list[dict[str, np.ndarray | float]], np.ndarray, np.ndarray]:
+    """Cost-model inputs of Sarathi-Serve's chunking overhead (Agrawal et al., OSDI 2024, Sec. 5.4.1): each
+    prompt prefilled in budget-sized chunks (every chunk re-reading the KV of the ones before it, no decodes
+    in the batch) and in one pass; the prompt distribution re-binned to ``max_points`` equal-mass points.
+    Returns (requests, sizes, weights) for :func:`_chunk_overhead`."""
+    lp, w = compress_points(model.prompt_compute, model.in_weights, max_points)
+    cached0 = np.round(lp / (1.0 - model.hit) * model.hit) if model.hit > 0 else np.zeros_like(lp)
+    budgets = model.budgets
+    n_max = int(np.max(np.ceil(lp[None, :] / budgets[:, None])))
+    offsets = np.arange(n_max, dtype=np.float64)[None, None, :] * budgets[:, None, None]  # (nk, ni, nj)
+    sizes = np.clip(lp[None, :, None] - offsets, 0.0, budgets[:, None, None])
+    chunks = dict(
+        decode_batch=0.0,
+        decode_context_tokens=0.0,
+        prefill_tokens=sizes,
+        prefill_cached_tokens=cached0[None, :, None] + offsets,
+    )
+    one = dict(decode_batch=0.0, decode_context_tokens=0.0, prefill_tokens=lp, prefill_cached_tokens=cached0)
+    return [chunks, one], sizes, w
+
+
+def _chunk_overhead(times: list[np.ndarray], sizes: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Per budget: time-weighted chunked prefill over one-pass prefill, minus 1."""
+    chunked = np.sum(np.where(sizes > 0, times[0], 0.0), axis=2) @ w
+    return chunked / float(np.dot(np.broadcast_to(times[1], w.shape), w)) - 1.0
+
+
+def _batch_limit(candidates: np.ndarray, capacity_row: np.ndarray, batch: float) -> int:
+    """The smallest batch limit that keeps the budget's best capacity and clears the batch's p99."""
+    best = float(np.max(capacity_row))
+    keeps = capacity_row >= best * (1.0 - 1e-3)
+    margin = candidates >= batch + BATCH_MARGIN_Z * np.sqrt(max(batch, 0.0))
+    pick = np.flatnonzero(keeps & margin)
+    if pick.size == 0:
+        pick = np.flatnonzero(keeps)
+    return int(candidates[pick[0]])
+
+
+@dataclass(kw_only=True)
+class PreparedAggregated:
+    """An aggregated configuration set up for the search, waiting for its cost-model grids (``requests``,
+    for ``mixed_step_latency_many`` on ``model.ctx``; batched with other work on the same GPU by the plan)."""
+
+    problem: ServingProblem
+    model: AggregatedModel
+    budgets: np.ndarray
+    batch_limits: np.ndarray
+    requests: list[dict[str, np.ndarray | float]]
+    overhead_sizes: np.ndarray | None
+    overhead_weights: np.ndarray | None
+
+
+def prepare_aggregated(
+    problem: ServingProblem,
+    *,
+    token_budgets: tuple[int, ...] = DEFAULT_TOKEN_BUDGETS,
+    max_batch_sizes: tuple[int, ...] = DEFAULT_MAX_BATCH_SIZES,
+) -> PreparedAggregated:
+    """Build the search model of one aggregated configuration (raises ``ModelDoesNotFit`` as evaluate does)."""
+    dep = problem.deployment
+    assert isinstance(dep, AggregatedDeployment)
+    mbs = np.array(sorted(set(max_batch_sizes)), dtype=np.float64)
+    longest = problem.workload.input_tokens.max
+    if dep.chunked_prefill:
+        budgets = np.array(sorted(set(token_budgets)), dtype=np.float64)
+    else:
+        budgets = np.array([max(dep.token_budget, longest)], dtype=np.float64)
+    top = dataclasses.replace(dep, max_batch_size=int(mbs[-1]), token_budget=int(budgets[0]))
+    coarse = dataclasses.replace(
+        problem.workload, input_tokens=problem.workload.input_tokens.coarsened(SEARCH_PROMPT_POINTS)
+    )
+    model = AggregatedModel(
+        dataclasses.replace(problem, deployment=top, workload=coarse), token_budgets=budgets, tabulate=False
+    )
+    requests: list[dict[str, np.ndarray | float]] = list(model.table_inputs())
+    sizes = weights = None
+    if dep.chunked_prefill:
+        extra, sizes, weights = _chunk_overhead_inputs(model)
+        requests += extra
+    return PreparedAggregated(
+        problem=problem,
+        model=model,
+        budgets=budgets,
+        batch_limits=mbs,
+        requests=requests,
+        overhead_sizes=sizes,
+        overhead_weights=weights,
+    )
+
+
+def aggregated_option(
+    problem: ServingProblem,
+    slo: Slo,
+    *,
+    arrival_cv: float = 1.0,
+    target_rate_per_replica_per_s: float | None = None,
+    token_budgets: tuple[int, ...] = DEFAULT_TOKEN_BUDGETS,
+    max_batch_sizes: tuple[int, ...] = DEFAULT_MAX_BATCH_SIZES,
+    prepared: PreparedAggregated | None = None,
+    times: list[np.ndarray] | None = None,
+    quantiles: Literal["all", "chosen", "none"] = "all",
+) -> AggregatedOption:
+    """Search one aggregated configuration's scheduler settings (exhaustive over budgets × batch limits).
+
+    ``problem.deployment.chunked_prefill`` selects the mode; without chunking the budget only has to hold
+    the longest prompt, so one budget (the deployment's) is costed. ``prepared`` and its cost-model
+    ``times`` may come from the caller (see :class:`PreparedAggregated`). ``quantiles`` says which budgets'
+    TTFT and ITL percentiles a capacity search reports: all, the chosen one's, or none (a fixed-rate search
+    always computes them: it ranks by them)."""
+    if prepared is None:
+        prepared = prepare_aggregated(problem, token_budgets=token_budgets, max_batch_sizes=max_batch_sizes)
+    model, budgets, mbs = prepared.model, prepared.budgets, prepared.batch_limits
+    if times is None:
+        times = mixed_step_latency_many(model.ctx, prepared.requests)
+    if not hasattr(model, "tables"):
+        model.set_tables(times[0], times[1])
+    dep = problem.deployment
+    assert isinstance(dep, AggregatedDeployment)
+    scv = arrival_cv**2
+    cap = C.aggregated_capacity(model, slo, scv)
+    by_limit = C.capacity_at_batch_limits(model, cap, mbs, scv)  # (nk, nm)
+    if prepared.overhead_sizes is not None and prepared.overhead_weights is not None:
+        overhead = _chunk_overhead(times[2:4], prepared.overhead_sizes, prepared.overhead_weights)
+    else:
+        overhead = np.zeros(budgets.size)
+    mean_out = problem.workload.output_tokens.mean
+    reps = dep.replicas
+    if target_rate_per_replica_per_s is None:
+        st = cap.state
+        rates = cap.rate_per_s
+        sustained = rates > 0
+    else:
+        st, sustained = C.states_at_rate(model, target_rate_per_replica_per_s, scv)
+        rates = np.full(budgets.size, float(target_rate_per_replica_per_s))
+    best_cap = by_limit.max(axis=1)
+    if quantiles == "all" or target_rate_per_replica_per_s is not None:
+        ttft_q, itl_q = C.aggregated_quantiles(model, st, slo)
+    else:
+        ttft_q = itl_q = np.full(budgets.size, np.nan)
+        score = np.where(best_cap > 0, best_cap, -np.inf)
+        k = int(np.flatnonzero(score >= score.max() * (1.0 - TIE_FRACTION))[0])
+        if best_cap[k] > 0 and quantiles == "chosen":
+            one = C.take_states(st, np.array([k]))
+            tq, iq = C.aggregated_quantiles(model, one, slo)
+            ttft_q[k], itl_q[k] = tq[0], iq[0]
+    limits = [_batch_limit(mbs, by_limit[k], float(st.batch[k])) for k in range(budgets.size)]
+    points = []
+    feasible = np.zeros(budgets.size, dtype=bool)
+    binding = []
+    for k in range(budgets.size):
+        if target_rate_per_replica_per_s is None:
+            ok = bool(rates[k] > 0)
+            why = cap.binding[k]
+            if why == "batch_capacity":
+                why = "kv_cache" if model.kv_batch_cap <= mbs[-1] else "max_batch_size"
+        else:
+            itl_ok = slo.itl_s is None or itl_q[k] <= slo.itl_s * (1 + 1e-9)
+            ttft_ok = slo.ttft_s is None or ttft_q[k] <= slo.ttft_s * (1 + 1e-9)
+            ok = bool(sustained[k]) and bool(itl_ok) and bool(ttft_ok) and st.batch[k] <= model.batch_cap
+            why = (
+                "overload"
+                if not sustained[k]
+                else "itl"
+                if not itl_ok
+                else "ttft"
+                if not ttft_ok
+                else _tightest(slo, float(ttft_q[k]), float(itl_q[k]))
+            )
+        feasible[k] = ok
+        binding.append(why)
+        points.append(
+            BudgetPoint(
+                token_budget=int(budgets[k]),
+                max_batch_size=limits[k],
+                max_rate_per_s=float(best_cap[k]) * reps,
+                rate_per_s=float(rates[k]) * reps,
+                ttft_s=float(ttft_q[k]) if sustained[k] and np.isfinite(ttft_q[k]) else None,
+                itl_s=float(itl_q[k]) if sustained[k] and np.isfinite(itl_q[k]) else None,
+                mean_itl_s=float(st.mean_iteration_s[k]) if sustained[k] else None,
+                throughput_output_tokens_per_s=float(rates[k]) * reps * mean_out if sustained[k] else 0.0,
+                chunk_overhead_fraction=float(overhead[k]),
+                binding_constraint=why,
+                feasible=ok,
+            )
+        )
+    if not np.any(feasible):
+        return AggregatedOption(
+            chunked_prefill=dep.chunked_prefill,
+            token_budget=None,
+            max_batch_size=None,
+            capacity_per_replica_per_s=0.0,
+            binding_constraint=binding[int(np.argmax(best_cap))],
+            points=tuple(points),
+        )
+    if target_rate_per_replica_per_s is None:
+        score = np.where(feasible, best_cap, -np.inf)
+        k = int(np.flatnonzero(score >= score.max() * (1.0 - TIE_FRACTION))[0])
+    else:
+        score = np.where(feasible, ttft_q, np.inf)
+        k = int(np.flatnonzero(score <= score.min() * (1.0 + TIE_FRACTION))[0])
+    frontier = _frontier(cap, k, mean_out)
+    return AggregatedOption(
+        chunked_prefill=dep.chunked_prefill,
+        token_budget=int(budgets[k]),
+        max_batch_size=limits[k],
+        capacity_per_replica_per_s=float(best_cap[k]),
+        binding_constraint=binding[k],
+        points=tuple(points),
+        frontier=frontier,
+    )
+
+
+def _frontier(cap: C.AggregatedCapacity, k: int, mean_out: float) -> tuple[tuple[float, float], ...]:
+    good = cap.curve_ok[k] & (cap.curve_rate_per_s[k] > 0)
+    lam = cap.curve_rate_per_s[k][good]
+    itl = cap.curve_mean_itl_s[k][good]
+    pts = list(zip((lam * mean_out).tolist(), itl.tolist(), strict=True))
+    pts.append((float(cap.rate_per_s[k]) * mean_out, float(cap.state.mean_iteration_s[k])))
+    return tuple(pts)
+
+
+def _tightest(slo: Slo, ttft: float, itl: float) -> str:
+    slack = {}
+    if slo.ttft_s is not None:
+        slack["ttft"] = slo.ttft_s / max(ttft, 1e-300)
+    if slo.itl_s is not None:
+        slack["itl"] = slo.itl_s / max(itl, 1e-300)
+    return min(slack, key=lambda n: slack[n]) if slack else "none"
+
+
+def plan_chunked(search: ChunkedSearch) -> ChunkedPlan:
+    problem, slo = search.problem, search.slo
+    dep = problem.deployment
+    if not isinstance(dep, AggregatedDeployment):
+        raise InvalidInput("the chunk-budget search needs an aggregated deployment", field="deployment")
+    if slo.ttft_s is None and slo.itl_s is None:
+        raise InvalidInput("give at least one of slo.ttft_s and slo.itl_s", field="slo")
+    reps = dep.replicas
+    per_rep = None if search.target_rate_per_s is None else search.target_rate_per_s / reps
+    chunked = dataclasses.replace(dep, chunked_prefill=True)
+    base = dataclasses.replace(problem, deployment=chunked)
+    opt = aggregated_option(
+        base,
+        slo,
+        arrival_cv=search.arrival_cv,
+        target_rate_per_replica_per_s=per_rep,
+        token_budgets=search.token_budgets,
+        max_batch_sizes=search.max_batch_sizes,
+    )
+    objective: Literal["max_rate", "min_ttft"] = "max_rate" if per_rep is None else "min_ttft"
+    assumptions = (
+        f"engine {problem.engine.id}: scheduler as vLLM documents it (decodes first, the rest of the token budget "
+        "to prefill chunks)",
+        f"arrivals open-loop ({'Poisson' if search.arrival_cv == 1 else f'gamma, cv {search.arrival_cv:g}'}), "
+        f"split evenly over {reps} replica(s)",
+        f"searched token budgets {list(search.token_budgets)} and batch limits {list(search.max_batch_sizes)}",
+        "the batch limit is the smallest that keeps the capacity and sits at or above the decode batch's 99th "
+        "percentile",
+    )
+    if opt.token_budget is None:
+
+        def feasible(s: Slo) -> bool:
+            o = aggregated_option(
+                base,
+                s,
+                arrival_cv=search.arrival_cv,
+                target_rate_per_replica_per_s=per_rep,
+                token_budgets=search.token_budgets,
+                max_batch_sizes=search.max_batch_sizes,
+            )
+            return o.token_budget is not None
+
+        near = nearest_feasible_slo(slo, feasible)
+        what = "at any load" if per_rep is None else f"at {search.target_rate_per_s:g} requests/s"
+        msg = f"no token budget meets the SLO {what}: the binding constraint is {opt.binding_constraint}"
+        if near is not None:
+            msg += f"; the nearest SLO some budget meets is ttft_s={near.ttft_s}, itl_s={near.itl_s}"
+        return ChunkedPlan(
+            status="infeasible",
+            objective=objective,
+            token_budget=None,
+            max_batch_size=None,
+            rate_per_s=0.0,
+            binding_constraint=opt.binding_constraint,
+            evaluation=None,
+            curve=opt.points,
+            message=msg,
+            nearest_feasible_slo=near,
+            assumptions=assumptions,
+        )
+    chosen = dataclasses.replace(chunked, token_budget=opt.token_budget, max_batch_size=opt.max_batch_size)
+    rate = (
+        opt.capacity_per_replica_per_s * reps if per_rep is None else float(search.target_rate_per_s or 0.0)
+    )
+    ev, rate, ok = verified_evaluation(
+        dataclasses.replace(problem, deployment=chosen), rate, search.arrival_cv, slo, backoff=per_rep is None
+    )
+    point = next(p for p in opt.points if p.token_budget == opt.token_budget)
+    if per_rep is None:
+        msg = (
+            f"token_budget {opt.token_budget} with max_batch_size {opt.max_batch_size} serves "
+            f"{rate:.3g} requests/s within the SLO; more load breaks the {opt.binding_constraint} target"
+        )
+    else:
+        msg = (
+            f"token_budget {opt.token_budget} gives the lowest TTFT p{slo.ttft_percentile:g} "
+            f"({point.ttft_s:.3g} s) at {rate:.3g} requests/s "
+            "within the ITL target"
+        )
+    if not ok:
+        msg += "; caution: the full evaluation finds the SLO just missed at this rate"
+    return ChunkedPlan(
+        status="optimal",
+        objective=objective,
+        token_budget=opt.token_budget,
+        max_batch_size=opt.max_batch_size,
+        rate_per_s=rate,
+        binding_constraint=opt.binding_constraint,
+        evaluation=ev,
+        curve=opt.points,
+        message=msg,
+        nearest_feasible_slo=None,
+        assumptions=assumptions,
+    )
+
+
+__all__ = ["ChunkedPlan", "ChunkedSearch", "plan_chunked", "aggregated_option", "open_loop"]

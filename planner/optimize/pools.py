@@ -1,0 +1,177 @@
+"""SLO capacity of disaggregated pools, for every worker count at once.
+
+- Prefill pool of ``c`` workers: the M/G/c queue of ``serving.disaggregated`` (Allen–Cunneen wait with the
+  Erlang-C probability of waiting), TTFT = front-end overhead + wait + the prompt's prefill + its exposed
+  KV transfer. Its capacity is the largest rate whose TTFT percentile meets the target (bisection on the
+  rate, vectorized over pool variants and worker counts; TTFT only grows with the rate), also bounded by
+  the prefill pool's stability and by the KV link (``c`` senders).
+- Decode pool of ``D`` workers: Little's law per worker, ``λ/D = B / ((E[O] − 1)·τ(B + 1))``, and the ITL
+  distribution over the pool's batch fluctuation as ``evaluate`` reports it; the capacity is the rate at
+  the largest per-worker batch whose ITL percentile meets the target (grid, then two refinements).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from planner.optimize.capacity import REFINE_POINTS, erlang_c_servers
+from planner.serving.disaggregated import MAX_UTILIZATION
+from planner.serving.evaluate import FLUCTUATION_Z
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.intp]
+#: halvings of the rate bracket [0, stability limit]: 2⁻²⁴ of it
+BISECTION_STEPS = 24
+#: points of the tabulated exponential-tail integral G(θ), six decades either side of the target
+THETA_POINTS = 240
+DECODE_CURVE_POINTS = 32
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefillVariant:
+    """One prefill pool configuration as the search sees it: per prompt point, the prefill pass and the
+    KV transfer (whole and exposed) over one link [s]."""
+
+    prefill_s: FloatArray  # (ni,)
+    transfer_full_s: FloatArray  # (ni,)
+    transfer_exposed_s: FloatArray  # (ni,)
+    gpus_per_worker: int = 1
+
+
+def prefill_capacity(
+    variants: list[PrefillVariant],
+    weights: FloatArray,
+    workers: IntArray,
+    *,
+    overhead_s: float,
+    ttft_s: float | None,
+    ttft_percentile: float,
+    arrival_scv: float = 1.0,
+    max_workers: IntArray | None = None,
+) -> FloatArray:
+    """Largest arrival rate [requests/s] per (variant, worker count) whose TTFT percentile meets ``ttft_s``
+    (shape (nv, nc); 0 where not even a lone request does). ``max_workers`` (per variant) skips the counts
+    a search cannot use (reported as 0)."""
+    w = np.asarray(weights, dtype=np.float64)
+    w = w / w.sum()
+    c = np.asarray(workers, dtype=np.float64)[None, :]
+    pre = np.stack([v.prefill_s for v in variants])  # (nv, ni)
+    mean_s = pre @ w
+    scv_s = np.maximum(((pre**2) @ w) / mean_s**2 - 1.0, 0.0)
+    full = np.stack([v.transfer_full_s for v in variants]) @ w
+    shifts = overhead_s + pre + np.stack([v.transfer_exposed_s for v in variants])  # (nv, ni)
+    top = np.minimum(MAX_UTILIZATION * c / mean_s[:, None], c / full[:, None] * (1.0 - 1e-9))  # (nv, nc)
+    if ttft_s is None:
+        return top
+    q = ttft_percentile / 100.0
+    nv, nc = top.shape
+    # F(T) = A − p·G(θ): the wait is an atom (1 − p) plus an exponential of mean θ = (c_a² + c_s²)/2 /
+    # (c/E[S] − λ) (Allen–Cunneen), so with T fixed only p and θ move with λ; G(θ) = Σ_{s_i ≤ T} w_i
+    # exp(−(T − s_i)/θ) is tabulated per variant on a geometric θ grid (ratio 1.06 between points,
+    # interpolated in log θ) and each bisection step costs O(rows), not O(rows × prompt points)
+    reach = shifts <= ttft_s  # (nv, ni)
+    a_mass = np.sum(w * reach, axis=1)
+    theta_grid = np.geomspace(1e-3 * ttft_s, 1e3 * ttft_s, THETA_POINTS)
+    gap = np.maximum(ttft_s - shifts, 0.0)
+    g_table = np.einsum("vi,vig->vg", w * reach, np.exp(-gap[:, :, None] / theta_grid[None, None, :]))
+    log_grid = np.log(theta_grid)
+    step = log_grid[1] - log_grid[0]
+    use = np.ones((nv, nc), dtype=bool) if max_workers is None else c <= np.asarray(max_workers)[:, None]
+    rows = np.repeat(np.arange(nv), nc)[use.ravel()]
+    cc = np.broadcast_to(c, (nv, nc))[use]
+    ms = mean_s[rows]
+    k_var = (arrival_scv + scv_s[rows]) / 2.0
+
+    def met(lam: FloatArray) -> NDArray[np.bool_]:
+        p_wait = erlang_c_servers(cc, lam * ms)
+        spare = cc / ms - lam
+        theta = np.where(spare > 0, k_var / np.where(spare > 0, spare, 1.0), np.inf)
+        x = np.clip(
+            (np.log(np.minimum(theta, theta_grid[-1])) - log_grid[0]) / step, 0.0, THETA_POINTS - 1.000001
+        )
+        i0 = x.astype(np.intp)
+        f = x - i0
+        g = g_table[rows, i0] * (1.0 - f) + g_table[rows, i0 + 1] * f
+        g = np.where(theta >= theta_grid[-1], a_mass[rows], g)
+        return a_mass[rows] - np.where(lam > 0, p_wait, 0.0) * g >= q - 1e-12
+
+    lo = np.zeros(rows.size)
+    hi = top[use].copy()
+    ok_top = met(hi)
+    ok_zero = met(np.zeros(rows.size))
+    for _ in range(BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        good = met(mid)
+        lo = np.where(good, mid, lo)
+        hi = np.where(good, hi, mid)
+    out = np.zeros((nv, nc))
+    out[use] = np.where(ok_zero, np.where(ok_top, top[use], lo), 0.0)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeVariant:
+    """One decode pool configuration: its step time over a batch grid and its batch cap."""
+
+    batch_grid: FloatArray
+    step_s: FloatArray
+    batch_cap: float
+
+
+def _decode_itl_ok(
+    v: DecodeVariant, b: FloatArray, workers: FloatArray, itl_s: float, q: float
+) -> NDArray[np.bool_]:
+    """ITL percentile within target at per-worker batch ``b`` with ``workers`` workers (broadcast)."""
+    pool = b * workers
+    pts = np.clip(
+        np.round(pool[..., None] + np.sqrt(np.maximum(pool, 0.0))[..., None] * FLUCTUATION_Z),
+        1.0,
+        (max(v.batch_cap, 1.0) * workers)[..., None],
+    )
+    wts = pts / np.sum(pts, axis=-1, keepdims=True)
+    itl = np.interp(pts / workers[..., None], v.batch_grid, v.step_s)
+    return np.sum(wts * (itl <= itl_s * (1.0 + 1e-12)), axis=-1) >= q - 1e-12
+
+
+def decode_capacity(
+    variants: list[DecodeVariant],
+    workers: IntArray,
+    *,
+    mean_decode_steps: float,
+    itl_s: float | None,
+    itl_percentile: float,
+) -> tuple[FloatArray, FloatArray]:
+    """(largest rate [requests/s], per-worker batch there) per (variant, worker count), shapes (nv, nc)."""
+    nv, nc = len(variants), len(workers)
+    rate = np.zeros((nv, nc))
+    batch = np.zeros((nv, nc))
+    d = np.asarray(workers, dtype=np.float64)
+    q = itl_percentile / 100.0
+    for i, v in enumerate(variants):
+        top = max(v.batch_grid[-1] - 1.0, 1e-3)
+        b = np.concatenate([[0.0], np.geomspace(1e-3, top, DECODE_CURVE_POINTS)])
+        if mean_decode_steps <= 0:
+            rate[i] = np.inf
+            continue
+        if itl_s is None:
+            b_star = np.full(nc, top)
+        else:
+            ok = np.cumprod(_decode_itl_ok(v, b[None, :], d[:, None], itl_s, q), axis=1).astype(bool)
+            last = np.sum(ok, axis=1) - 1
+            lo = np.where(last >= 0, b[np.maximum(last, 0)], 0.0)
+            hi = np.where(last < b.size - 1, b[np.minimum(last + 1, b.size - 1)], lo)
+            for _ in range(2):
+                frac = np.linspace(0.0, 1.0, REFINE_POINTS + 2)[1:-1]
+                sub = lo[:, None] + (hi - lo)[:, None] * frac[None, :]
+                g = np.cumprod(_decode_itl_ok(v, sub, d[:, None], itl_s, q), axis=1).astype(bool)
+                width = (hi - lo) / (REFINE_POINTS + 1)
+                lo = lo + width * np.sum(g, axis=1)
+                hi = np.minimum(lo + width, hi)
+            b_star = np.where(last >= 0, lo, -1.0)
+        tau = np.interp(np.maximum(b_star, 0.0) + 1.0, v.batch_grid, v.step_s)
+        rate[i] = np.where(b_star > 0, d * np.maximum(b_star, 0.0) / (mean_decode_steps * tau), 0.0)
+        batch[i] = np.maximum(b_star, 0.0)
+    return rate, batch
