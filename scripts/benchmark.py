@@ -155,6 +155,24 @@ EVALUATE_BODIES = {
 }
 
 
+_PLAN_WORKLOAD = {"input_tokens": {"distribution": "lognormal", "median": 1000, "p90": 3000}, "output_tokens": 300}
+_PLAN_SLO = {"ttft_s": 1.0, "ttft_percentile": 90, "itl_s": 0.05, "itl_percentile": 99}
+#: (label, path, bodies): a benchmark cycles through its bodies, one per request
+PLAN_BODIES = (
+    ("chunk-budget search, Llama-3.1-70B tp4 × h100-sxm, 12 budgets × 8 batch limits", "/v1/plan/chunked",
+     [{"model": "meta-llama/Llama-3.1-70B", "gpu": "h100-sxm", "parallelism": {"tp": 4}, "replicas": 2,
+       "workload": _PLAN_WORKLOAD, "slo": _PLAN_SLO}]),
+    ("pool split, Llama-3.1-70B, {h100-sxm, h200-sxm} × TP {1,2,4,8} per pool, 16 GPUs", "/v1/plan/disaggregated",
+     [{"model": "meta-llama/Llama-3.1-70B", "gpus": ["h100-sxm", "h200-sxm"], "total_gpus": 16,
+       "workload": _PLAN_WORKLOAD, "slo": _PLAN_SLO}]),
+    ("whole plan, Llama-3.1-70B, 3 modes × TP {1,2,4,8} × 4 GPU types, budgets of 8, 16, 32 and 64 GPUs",
+     "/v1/plan",
+     [{"model": "meta-llama/Llama-3.1-70B", "gpus": ["h100-sxm", "h200-sxm", "a100-80gb-sxm", "b200"],
+       "total_gpus": g, "workload": _PLAN_WORKLOAD, "slo": _PLAN_SLO} for g in (8, 16, 32, 64)]),
+)
+PLAN_REQUESTS = 40
+
+
 async def _api_benchmarks(requests: int) -> list[Result]:
     import httpx
 
@@ -192,6 +210,17 @@ async def _api_benchmarks(requests: int) -> list[Result]:
                 response.raise_for_status()
             results.append(summarize(f"POST /v1/evaluate · {label} (httpx.ASGITransport)", timings,
                                      unit="requests/s"))
+        for label, path, plan_bodies in PLAN_BODIES:
+            for body in plan_bodies:
+                (await client.post(path, json=body)).raise_for_status()
+            n = max(PLAN_REQUESTS, len(plan_bodies))
+            timings = np.empty(n)
+            for i in range(n):
+                start = time.perf_counter()
+                response = await client.post(path, json=plan_bodies[i % len(plan_bodies)])
+                timings[i] = time.perf_counter() - start
+                response.raise_for_status()
+            results.append(summarize(f"POST {path} · {label} (httpx.ASGITransport)", timings, unit="requests/s"))
     return results
 
 

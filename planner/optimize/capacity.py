@@ -83,7 +83,7 @@ def shifted_wait_quantile(
     w = np.broadcast_to(weights, shifts.shape)
     gap = grid[:, :, None] - shifts[:, None, :]
     tail = np.where(
-        (p > 0)[:, None, None],
+        (theta > 0)[:, None, None],
         p[:, None, None] * np.exp(-np.maximum(gap, 0.0) / np.where(theta > 0, theta, 1.0)[:, None, None]),
         0.0,
     )
@@ -151,11 +151,11 @@ def aggregated_latency(model: AggregatedModel, st: SteadyState) -> AggregatedLat
     base_w = np.concatenate([(1.0 - p_mixed)[:, None], p_mixed[:, None] * kinds_w], axis=1)
     # the decode batch's fluctuation (Poisson occupancy, size-biased), as evaluate.batch_fluctuation
     b = st.batch[:, None]
-    pts = np.clip(
-        np.round(b + np.sqrt(np.maximum(b, 0.0)) * FLUCTUATION_Z[None, :]), 1.0, max(model.batch_cap, 1.0)
-    )
+    rows = st.budget_index if st.budget_index.size == st.batch.size else np.zeros(st.batch.size, dtype=np.intp)
+    top = np.maximum(model.cap_k[rows], 1.0)[:, None]
+    pts = np.clip(np.round(b + np.sqrt(np.maximum(b, 0.0)) * FLUCTUATION_Z[None, :]), 1.0, top)
     bw = pts / np.sum(pts, axis=1, keepdims=True)
-    shift = model.tables.decode(pts) - st.decode_iteration_s[:, None]
+    shift = model.tables.decode(pts, rows) - st.decode_iteration_s[:, None]
     shift -= np.sum(shift * bw, axis=1, keepdims=True)
     idle = st.batch <= 0
     shift[idle] = 0.0
@@ -218,14 +218,22 @@ def take_states(st: SteadyState, idx: NDArray[np.intp]) -> SteadyState:
     )
 
 
+def curve_batches(model: AggregatedModel) -> FloatArray:
+    """The decode batches each budget row's curve is walked on, shape (nk, CURVE_POINTS + 1): zero, then
+    geometric from 1e-3 up to the row's batch cap."""
+    cap = np.maximum(model.cap_k, 1e-3)[:, None]
+    frac = np.linspace(0.0, 1.0, CURVE_POINTS)[None, :]
+    lo = np.minimum(1e-3, cap)
+    return np.concatenate([np.zeros_like(cap), lo * (cap / lo) ** frac], axis=1)
+
+
 def aggregated_capacity(model: AggregatedModel, slo: Slo, arrival_scv: float = 1.0) -> AggregatedCapacity:
     """SLO capacity of one replica for each of ``model.budgets`` (one vectorized pass per refinement)."""
     nk = model.budgets.size
-    cap = max(model.batch_cap, 1e-3)
-    b_row = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, CURVE_POINTS)])
-    nb = b_row.size
+    b_rows = curve_batches(model)
+    nb = b_rows.shape[1]
     kk = np.repeat(np.arange(nk), nb)
-    st = model.states_at_batch(np.tile(b_row, nk), kk, arrival_scv)
+    st = model.states_at_batch(b_rows.ravel(), kk, arrival_scv)
     lam = st.rate_per_s.reshape(nk, nb)
     ok = (st.stable & np.isfinite(st.rate_per_s)).reshape(nk, nb)
     ok &= lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf), axis=1)
@@ -235,9 +243,9 @@ def aggregated_capacity(model: AggregatedModel, slo: Slo, arrival_scv: float = 1
     mean_itl = st.mean_iteration_s.reshape(nk, nb)
     last = np.sum(good, axis=1) - 1  # last good curve index, −1 when none
     rows = np.arange(nk)
-    b_lo = np.where(last >= 0, b_row[np.maximum(last, 0)], 0.0)
+    b_lo = np.where(last >= 0, b_rows[rows, np.maximum(last, 0)], 0.0)
     inside = (last >= 0) & (last < nb - 1)
-    b_hi = np.where(inside, b_row[np.minimum(last + 1, nb - 1)], b_lo)
+    b_hi = np.where(inside, b_rows[rows, np.minimum(last + 1, nb - 1)], b_lo)
     # why the first bad point is bad (the first of prefill saturation, TTFT, ITL, in that order)
     nxt = np.minimum(last + 1, nb - 1)
     why = np.where(~ok[rows, nxt], 0, np.where(~ttft_ok[rows, nxt], 1, 2))
@@ -277,10 +285,20 @@ def aggregated_capacity(model: AggregatedModel, slo: Slo, arrival_scv: float = 1
         batch=np.where(last >= 0, b_lo, 0.0),
         binding=tuple(binding),
         state=final,
-        curve_batch=np.broadcast_to(b_row, (nk, nb)).copy(),
+        curve_batch=b_rows,
         curve_rate_per_s=np.where(ok, lam, np.nan),
         curve_ok=good,
         curve_mean_itl_s=mean_itl,
+    )
+
+
+def slice_capacity(cap: AggregatedCapacity, rows: NDArray[np.intp]) -> AggregatedCapacity:
+    """The capacity table of some budget rows (one configuration's rows of a stacked search)."""
+    return AggregatedCapacity(
+        budgets=cap.budgets[rows], rate_per_s=cap.rate_per_s[rows], batch=cap.batch[rows],
+        binding=tuple(cap.binding[k] for k in rows), state=take_states(cap.state, rows),
+        curve_batch=cap.curve_batch[rows], curve_rate_per_s=cap.curve_rate_per_s[rows], curve_ok=cap.curve_ok[rows],
+        curve_mean_itl_s=cap.curve_mean_itl_s[rows],
     )
 
 
@@ -289,16 +307,16 @@ def capacity_at_batch_limits(
 ) -> FloatArray:
     """SLO capacity [requests/s] per (budget, max batch size): the budget's capacity, or the rate at which the
     mean decode batch reaches the limit when that comes first. Shape (nk, len(batch_limits))."""
-    lim = np.minimum(np.asarray(batch_limits, dtype=np.float64), model.batch_cap)
+    lim = np.minimum(np.asarray(batch_limits, dtype=np.float64)[None, :], model.cap_k[:, None])  # (nk, nm)
     nk = cap.budgets.size
-    b = np.minimum(cap.batch[:, None], lim[None, :])
-    need = (lim[None, :] < cap.batch[:, None]) & (cap.rate_per_s[:, None] > 0)
+    b = np.minimum(cap.batch[:, None], lim)
+    need = (lim < cap.batch[:, None]) & (cap.rate_per_s[:, None] > 0)
     out = np.broadcast_to(cap.rate_per_s[:, None], b.shape).copy()
     if np.any(need):
         ki, li = np.nonzero(need)
         st = model.states_at_batch(b[ki, li], ki, arrival_scv)
         out[ki, li] = st.rate_per_s
-    return out.reshape(nk, lim.size)
+    return out.reshape(nk, lim.shape[1])
 
 
 def aggregated_quantiles(model: AggregatedModel, st: SteadyState, slo: Slo) -> tuple[FloatArray, FloatArray]:
@@ -321,17 +339,16 @@ def states_at_rate(
     """The state of every budget at one per-replica rate (as ``steady_state`` does for one budget), and
     whether each budget sustains it."""
     nk = model.budgets.size
-    cap = max(model.batch_cap, 1e-3)
-    b_row = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, CURVE_POINTS)])
-    nb = b_row.size
-    st = model.states_at_batch(np.tile(b_row, nk), np.repeat(np.arange(nk), nb), arrival_scv)
+    b_rows = curve_batches(model)
+    nb = b_rows.shape[1]
+    st = model.states_at_batch(b_rows.ravel(), np.repeat(np.arange(nk), nb), arrival_scv)
     lam = st.rate_per_s.reshape(nk, nb)
     ok = (st.stable & np.isfinite(st.rate_per_s)).reshape(nk, nb)
     ok &= lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf), axis=1)
     b = np.empty(nk)
     top = np.empty(nk)
     for k in range(nk):
-        lk, bk = lam[k][ok[k]], b_row[ok[k]]
+        lk, bk = lam[k][ok[k]], b_rows[k][ok[k]]
         top[k] = lk[-1] if lk.size else 0.0
         b[k] = np.interp(min(rate_per_s, top[k]), lk, bk) if lk.size else 0.0
     at = model._at_batch(b, arrival_scv, 1.0, np.full(nk, float(rate_per_s)), np.arange(nk))

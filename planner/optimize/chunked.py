@@ -21,8 +21,13 @@ import numpy as np
 from planner.costs.passes import mixed_step_latency_many
 from planner.errors import InvalidInput
 from planner.optimize import capacity as C
-from planner.optimize.common import TIE_FRACTION, nearest_feasible_slo, open_loop, verified_evaluation
-from planner.serving.aggregated import AggregatedModel
+from planner.optimize.common import (
+    TIE_FRACTION,
+    confirmed_nearest_slo,
+    open_loop,
+    verified_evaluation,
+)
+from planner.serving.aggregated import AggregatedModel, stack_models
 from planner.serving.evaluate import compress_points
 from planner.serving.types import AggregatedDeployment, Evaluation, ServingProblem, Slo
 
@@ -33,10 +38,11 @@ DEFAULT_MAX_BATCH_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
 #: z of the batch limit's margin over the mean decode batch: the limit is chosen at or above the batch's
 #: 99th percentile (Poisson occupancy, normal approximation), so fewer than 1 % of iterations find it full
 BATCH_MARGIN_Z = 2.326
-#: prompt-length points the search costs (``LengthDistribution.coarsened``); the chosen configuration is then
-#: evaluated on the full distribution. 32 points move the capacity by < 0.5 % on a lognormal workload
-#: (tests/unit/test_optimize_chunked.py compares against brute force on the full distribution)
-SEARCH_PROMPT_POINTS = 32
+#: most prompt-length points the search costs (``LengthDistribution.coarsened``); a lognormal's 64 points are
+#: costed as evaluate costs them. Coarser is not safe: the chunks per prompt, ⌈Lp / C⌉, jump where a prompt
+#: point crosses a multiple of the budget, and 32 points moved a lognormal's capacity by up to 5 % against
+#: the full distribution (tests/unit/test_optimize_chunked.py brute force)
+SEARCH_PROMPT_POINTS = 64
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,6 +239,50 @@ def aggregated_option(
         overhead = _chunk_overhead(times[2:4], prepared.overhead_sizes, prepared.overhead_weights)
     else:
         overhead = np.zeros(budgets.size)
+    return _assemble(prepared, slo, cap, by_limit, overhead, model, scv, target_rate_per_replica_per_s, quantiles)
+
+
+def capacity_options(prepared: list[PreparedAggregated], times: list[list[np.ndarray]], slo: Slo, *,
+                     arrival_cv: float = 1.0) -> list[AggregatedOption]:
+    """:func:`aggregated_option` (capacity search, no percentiles) of many configurations at once: the models
+    of each chunking mode are stacked (``stack_models``) so that every refinement of every configuration is
+    one vectorized pass. The configurations must share the workload, engine and batch limits."""
+    scv = arrival_cv**2
+    for prep, t in zip(prepared, times, strict=True):
+        if not hasattr(prep.model, "tables"):
+            prep.model.set_tables(t[0], t[1])
+    out: list[AggregatedOption | None] = [None] * len(prepared)
+    for chunked in (True, False):
+        idx = [i for i, p in enumerate(prepared) if p.model.dep.chunked_prefill == chunked]
+        if not idx:
+            continue
+        stack = stack_models([prepared[i].model for i in idx])
+        mbs = prepared[idx[0]].batch_limits
+        cap = C.aggregated_capacity(stack, slo, scv)
+        by_limit = C.capacity_at_batch_limits(stack, cap, mbs, scv)
+        for pos, i in enumerate(idx):
+            prep = prepared[i]
+            rows = np.flatnonzero(stack.owner == pos)
+            if prep.overhead_sizes is not None and prep.overhead_weights is not None:
+                overhead = _chunk_overhead(times[i][2:4], prep.overhead_sizes, prep.overhead_weights)
+            else:
+                overhead = np.zeros(rows.size)
+            part = C.slice_capacity(cap, rows)
+            # the states' rows, renumbered from the stack's to the configuration's own
+            local = dataclasses.replace(part.state, budget_index=stack.local[part.state.budget_index])
+            out[i] = _assemble(prep, slo, dataclasses.replace(part, state=local), by_limit[rows], overhead,
+                               prep.model, scv, None, "none")
+    return [o for o in out if o is not None]
+
+
+def _assemble(prepared: PreparedAggregated, slo: Slo, cap: C.AggregatedCapacity, by_limit: np.ndarray,
+              overhead: np.ndarray, model: AggregatedModel, scv: float,
+              target_rate_per_replica_per_s: float | None, quantiles: str) -> AggregatedOption:
+    """The option of one configuration from its capacity table (``cap`` and ``by_limit`` rows are its
+    budgets)."""
+    problem, budgets, mbs = prepared.problem, prepared.budgets, prepared.batch_limits
+    dep = problem.deployment
+    assert isinstance(dep, AggregatedDeployment)
     mean_out = problem.workload.output_tokens.mean
     reps = dep.replicas
     if target_rate_per_replica_per_s is None:
@@ -262,11 +312,11 @@ def aggregated_option(
             ok = bool(rates[k] > 0)
             why = cap.binding[k]
             if why == "batch_capacity":
-                why = "kv_cache" if model.kv_batch_cap <= mbs[-1] else "max_batch_size"
+                why = "kv_cache" if model.kv_cap_k[k] <= mbs[-1] else "max_batch_size"
         else:
             itl_ok = slo.itl_s is None or itl_q[k] <= slo.itl_s * (1 + 1e-9)
             ttft_ok = slo.ttft_s is None or ttft_q[k] <= slo.ttft_s * (1 + 1e-9)
-            ok = bool(sustained[k]) and bool(itl_ok) and bool(ttft_ok) and st.batch[k] <= model.batch_cap
+            ok = bool(sustained[k]) and bool(itl_ok) and bool(ttft_ok) and st.batch[k] <= model.cap_k[k]
             why = (
                 "overload"
                 if not sustained[k]
@@ -339,6 +389,13 @@ def _tightest(slo: Slo, ttft: float, itl: float) -> str:
 
 
 def plan_chunked(search: ChunkedSearch) -> ChunkedPlan:
+    """The chunk-budget search (see the module docstring). A configuration is only reported ``optimal`` once
+    ``evaluate`` confirms it meets the SLO; when the best cell misses it in the full evaluation, the next
+    cells are tried in the search's order; when none holds, the answer is ``infeasible``."""
+    return _plan_chunked(search, find_nearest=True)
+
+
+def _plan_chunked(search: ChunkedSearch, find_nearest: bool) -> ChunkedPlan:
     problem, slo = search.problem, search.slo
     dep = problem.deployment
     if not isinstance(dep, AggregatedDeployment):
@@ -367,7 +424,47 @@ def plan_chunked(search: ChunkedSearch) -> ChunkedPlan:
         "the batch limit is the smallest that keeps the capacity and sits at or above the decode batch's 99th "
         "percentile",
     )
-    if opt.token_budget is None:
+    # the search's cells in its order of preference; the first one the full evaluation confirms is the answer
+    feasible_points = [p for p in opt.points if p.feasible]
+    if per_rep is None:
+        order = sorted(feasible_points, key=lambda p: (-p.max_rate_per_s, p.token_budget))
+        if opt.token_budget is not None:
+            order.sort(key=lambda p: p.token_budget != opt.token_budget)
+    else:
+        order = sorted(feasible_points, key=lambda p: (p.token_budget != opt.token_budget, p.ttft_s or np.inf))
+    for point in order[:4]:
+        chosen = dataclasses.replace(chunked, token_budget=point.token_budget, max_batch_size=point.max_batch_size)
+        rate = point.max_rate_per_s if per_rep is None else float(search.target_rate_per_s or 0.0)
+        ev, rate, ok = verified_evaluation(
+            dataclasses.replace(problem, deployment=chosen), rate, search.arrival_cv, slo, backoff=per_rep is None
+        )
+        if not ok:
+            continue
+        if per_rep is None:
+            msg = (
+                f"token_budget {point.token_budget} with max_batch_size {point.max_batch_size} serves "
+                f"{rate:.3g} requests/s within the SLO; more load breaks the {point.binding_constraint} target"
+            )
+        else:
+            msg = (
+                f"token_budget {point.token_budget} gives the lowest TTFT p{slo.ttft_percentile:g} "
+                f"({point.ttft_s:.3g} s as searched) at {rate:.3g} requests/s within the SLO"
+            )
+        return ChunkedPlan(
+            status="optimal",
+            objective=objective,
+            token_budget=point.token_budget,
+            max_batch_size=point.max_batch_size,
+            rate_per_s=rate,
+            binding_constraint=point.binding_constraint,
+            evaluation=ev,
+            curve=opt.points,
+            message=msg,
+            nearest_feasible_slo=None,
+            assumptions=assumptions,
+        )
+    near = None
+    if find_nearest:
 
         def feasible(s: Slo) -> bool:
             o = aggregated_option(
@@ -380,56 +477,27 @@ def plan_chunked(search: ChunkedSearch) -> ChunkedPlan:
             )
             return o.token_budget is not None
 
-        near = nearest_feasible_slo(slo, feasible)
-        what = "at any load" if per_rep is None else f"at {search.target_rate_per_s:g} requests/s"
-        msg = f"no token budget meets the SLO {what}: the binding constraint is {opt.binding_constraint}"
-        if near is not None:
-            msg += f"; the nearest SLO some budget meets is ttft_s={near.ttft_s}, itl_s={near.itl_s}"
-        return ChunkedPlan(
-            status="infeasible",
-            objective=objective,
-            token_budget=None,
-            max_batch_size=None,
-            rate_per_s=0.0,
-            binding_constraint=opt.binding_constraint,
-            evaluation=None,
-            curve=opt.points,
-            message=msg,
-            nearest_feasible_slo=near,
-            assumptions=assumptions,
+        near = confirmed_nearest_slo(
+            slo, feasible, lambda s: _plan_chunked(dataclasses.replace(search, slo=s), False).status == "optimal"
         )
-    chosen = dataclasses.replace(chunked, token_budget=opt.token_budget, max_batch_size=opt.max_batch_size)
-    rate = (
-        opt.capacity_per_replica_per_s * reps if per_rep is None else float(search.target_rate_per_s or 0.0)
-    )
-    ev, rate, ok = verified_evaluation(
-        dataclasses.replace(problem, deployment=chosen), rate, search.arrival_cv, slo, backoff=per_rep is None
-    )
-    point = next(p for p in opt.points if p.token_budget == opt.token_budget)
-    if per_rep is None:
-        msg = (
-            f"token_budget {opt.token_budget} with max_batch_size {opt.max_batch_size} serves "
-            f"{rate:.3g} requests/s within the SLO; more load breaks the {opt.binding_constraint} target"
-        )
-    else:
-        msg = (
-            f"token_budget {opt.token_budget} gives the lowest TTFT p{slo.ttft_percentile:g} "
-            f"({point.ttft_s:.3g} s) at {rate:.3g} requests/s "
-            "within the ITL target"
-        )
-    if not ok:
-        msg += "; caution: the full evaluation finds the SLO just missed at this rate"
+    what = "at any load" if per_rep is None else f"at {search.target_rate_per_s:g} requests/s"
+    msg = f"no token budget meets the SLO {what}: the binding constraint is {opt.binding_constraint}"
+    if feasible_points:
+        msg = (f"no token budget meets the SLO {what} once evaluated in full (the search's best cells miss it "
+               "by a hair)")
+    if near is not None:
+        msg += f"; the nearest SLO some budget meets is ttft_s={near.ttft_s}, itl_s={near.itl_s}"
     return ChunkedPlan(
-        status="optimal",
+        status="infeasible",
         objective=objective,
-        token_budget=opt.token_budget,
-        max_batch_size=opt.max_batch_size,
-        rate_per_s=rate,
+        token_budget=None,
+        max_batch_size=None,
+        rate_per_s=0.0,
         binding_constraint=opt.binding_constraint,
-        evaluation=ev,
+        evaluation=None,
         curve=opt.points,
         message=msg,
-        nearest_feasible_slo=None,
+        nearest_feasible_slo=near,
         assumptions=assumptions,
     )
 

@@ -83,3 +83,18 @@ def nearest_feasible_slo(slo: Slo, feasible: Callable[[Slo], bool], max_factor: 
         else:
             lo = mid
     return scaled_slo(slo, float(np.exp(hi)))
+
+
+def confirmed_nearest_slo(slo: Slo, feasible: Callable[[Slo], bool], confirmed: Callable[[Slo], bool],
+                          tries: int = 6) -> Slo | None:
+    """:func:`nearest_feasible_slo`, then confirmed by the full search (``confirmed``: the plan with that SLO
+    is optimal once evaluated); when it is not, the targets grow by 2 % at a time, ``tries`` times."""
+    near = nearest_feasible_slo(slo, feasible)
+    if near is None:
+        return None
+    for k in range(tries):
+        candidate = scaled_slo(near, 1.02**k)
+        if confirmed(candidate):
+            return candidate
+    return None
+

@@ -23,14 +23,15 @@ from planner.costs.passes import mixed_step_latency_many
 from planner.costs.types import CostContext, Parallelism
 from planner.errors import InvalidInput, PlannerError
 from planner.hardware import GpuSpec
-from planner.optimize.common import TIE_FRACTION, nearest_feasible_slo, verified_evaluation
+from planner.optimize.common import TIE_FRACTION, confirmed_nearest_slo, verified_evaluation
 from planner.optimize.pools import DecodeVariant, PrefillVariant, decode_capacity, prefill_capacity
 from planner.serving.disaggregated import NUM_BATCH_POINTS, choose_link, kv_transfer_s
 from planner.serving.types import DisaggregatedDeployment, Evaluation, KvLink, PoolSpec, ServingProblem, Slo
 from planner.units import DTYPE_BYTES
 
-#: prompt-length points the search costs (the chosen cell is evaluated on the full distribution)
-SEARCH_PROMPT_POINTS = 32
+#: most prompt-length points the search costs (a lognormal's 64 as evaluate costs them; longer sample lists
+#: are coarsened, and the chosen cell is evaluated on the full distribution)
+SEARCH_PROMPT_POINTS = 64
 Objective = Literal["max_goodput", "min_gpus", "min_cost", "min_cost_per_token"]
 #: most workers per pool searched when no GPU budget bounds them
 DEFAULT_MAX_WORKERS = 64
@@ -450,6 +451,7 @@ def plan_disaggregated(
     search: DisaggregatedSearch,
     requests: list[PoolRequest] | None = None,
     times: list[np.ndarray | None] | None = None,
+    find_nearest: bool = True,
 ) -> DisaggregatedPlan:
     """Search the pool split (see the module docstring); ``requests`` (from :func:`pool_requests`) and their
     cost-model ``times`` may come from a caller that batches them with other work."""
@@ -482,18 +484,17 @@ def plan_disaggregated(
     for _ in range(5):
         k, obj = _pick(search, cells, exclude)
         if k is None:
-            return _infeasible(
-                search, pools, obj, _bindings(search, cells), _near(search, pools), assumptions
-            )
+            break
         plan = _verify(search, pools, cells, k, obj, assumptions)
         if plan is not None:
             return plan
         exclude.add(k)
+    # no cell the search proposes holds once evaluated in full
     k, obj = _pick(search, cells, set())
-    assert k is not None
-    plan = _verify(search, pools, cells, k, obj, assumptions, force=True)
-    assert plan is not None
-    return plan
+    bindings = _bindings(search, cells) if k is None else [
+        "the search's best splits miss the SLO by a hair once evaluated in full"]
+    near = _near(search, pools) if find_nearest else None
+    return _infeasible(search, pools, obj, bindings, near, assumptions)
 
 
 def _bindings(search: DisaggregatedSearch, cells: _Cells) -> list[str]:
@@ -525,7 +526,11 @@ def _near(search: DisaggregatedSearch, pools: _Pools) -> Slo | None:
         k, _ = _pick(search, _cells(search, pools, s), set())
         return k is not None
 
-    return nearest_feasible_slo(search.slo, feasible)
+    def confirmed(s: Slo) -> bool:
+        again = dataclasses.replace(search, slo=s)
+        return plan_disaggregated(again, find_nearest=False).status == "optimal"
+
+    return confirmed_nearest_slo(search.slo, feasible, confirmed)
 
 
 def _infeasible(
@@ -566,7 +571,6 @@ def _verify(
     k: int,
     obj: Objective,
     assumptions: list[str],
-    force: bool = False,
 ) -> DisaggregatedPlan | None:
     pc, dc = pools.pre[cells.i[k]], pools.dec[cells.j[k]]
     c, d = int(cells.c[k]), int(cells.d[k])
@@ -576,7 +580,7 @@ def _verify(
     target = search.target_rate_per_s
     rate = float(cells.capacity[k]) if target is None else float(target)
     ev, rate, ok = verified_evaluation(problem, rate, search.arrival_cv, search.slo, backoff=target is None)
-    if not ok and not force:
+    if not ok:
         return None
     pre_cap, dec_cap = float(cells.prefill_capacity[k]), float(cells.decode_capacity[k])
     limiting = "prefill" if pre_cap <= dec_cap else "decode"
@@ -608,8 +612,6 @@ def _verify(
         f"tp{dc.parallelism.tp} ({gpus} GPUs) serve {rate:.3g} requests/s within the SLO; the {limiting} pool "
         "limits"
     )
-    if not ok:
-        msg += "; caution: the full evaluation finds the SLO just missed at this rate"
     return DisaggregatedPlan(
         status="optimal",
         objective=obj,

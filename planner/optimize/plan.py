@@ -33,7 +33,7 @@ from planner.optimize import capacity as C
 from planner.optimize.chunked import (
     AggregatedOption,
     PreparedAggregated,
-    aggregated_option,
+    capacity_options,
     prepare_aggregated,
 )
 from planner.optimize.common import meets_slo, verified_evaluation
@@ -236,10 +236,8 @@ def plan(search: PlanSearch) -> Plan:
     agg_times, disagg_times = _batched(agg, disagg_requests)
     configs: list[Configuration] = []
     options: list[tuple[Configuration, AggregatedOption, int]] = []
-    for (gpu, tp, mode, prep), times in zip(agg, agg_times, strict=True):
-        opt = aggregated_option(
-            prep.problem, slo, arrival_cv=search.arrival_cv, prepared=prep, times=times, quantiles="none"
-        )
+    found = capacity_options([a[3] for a in agg], agg_times, slo, arrival_cv=search.arrival_cv)
+    for (gpu, tp, mode, _), opt in zip(agg, found, strict=True):
         cfg = _aggregated_config(search, gpu, tp, mode, opt)
         if cfg is not None:
             configs.append(cfg)

@@ -24,8 +24,9 @@ from the cost model on a (batch × chunk) grid, interpolated.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,26 +49,41 @@ MAX_UTILIZATION = 0.995
 
 @dataclass(frozen=True, kw_only=True)
 class _Tables:
-    batch: FloatArray  # (nb,)
+    """Cost-model grids per budget row ``k``. The rows of one model share one batch grid; a stack of models
+    (:func:`stack_models`) keeps each model's grid in its rows."""
+
+    batch: FloatArray  # (nk, nb) decode-batch grid of each row
     budget_left: FloatArray  # (nk, nb) chunk budget C(B) per token budget
     mixed_s: FloatArray  # (nk, nb, nf) iteration time at chunk = CHUNK_FRACTIONS · C(B)
-    prompt_prefill_s: FloatArray  # (ni,) prefill-only pass of each prompt point (unchunked)
+    prompt_prefill_s: FloatArray  # (nk, ni) prefill-only pass of each prompt point (unchunked)
 
-    def decode(self, b: FloatArray) -> FloatArray:
-        return np.interp(b, self.batch, self.mixed_s[0, :, 0])
+    def _locate(self, b: FloatArray, k: NDArray[np.intp]) -> tuple[NDArray[np.intp], FloatArray]:
+        """Grid cell ``i0`` and position ``a`` in it of each ``b`` in its row's grid (b and k broadcast)."""
+        grid = self.batch[k]  # (..., nb)
+        nb = grid.shape[-1]
+        i0 = np.clip(np.sum(b[..., None] >= grid, axis=-1) - 1, 0, nb - 2)
+        g0 = np.take_along_axis(grid, i0[..., None], axis=-1)[..., 0]
+        g1 = np.take_along_axis(grid, i0[..., None] + 1, axis=-1)[..., 0]
+        return i0, np.clip((b - g0) / np.maximum(g1 - g0, 1e-12), 0.0, 1.0)
+
+    def decode(self, b: FloatArray, budget: NDArray[np.intp] | int = 0) -> FloatArray:
+        """Decode-only iteration time at batch ``b`` in the rows ``budget`` (leading axes of ``b``)."""
+        b = np.asarray(b, dtype=np.float64)
+        k = np.asarray(budget, dtype=np.intp)
+        k = np.broadcast_to(k.reshape(k.shape + (1,) * (b.ndim - k.ndim)), b.shape)
+        i0, a = self._locate(b, k)
+        return self.mixed_s[k, i0, 0] * (1.0 - a) + self.mixed_s[k, i0 + 1, 0] * a
 
     def mixed(self, b: FloatArray, chunk_tokens: FloatArray, budget: NDArray[np.intp] | int = 0) -> FloatArray:
         """Iteration time with decode batch ``b`` (shape (n, 1)) and ``chunk_tokens`` prefill tokens (n, k),
         under the token budget of index ``budget`` (shape (n,) or a scalar): linear in the batch between grid
         rows, piecewise linear in the chunk fraction."""
-        b = np.asarray(b, dtype=np.float64)
-        grid = self.batch
-        i0 = np.clip(np.searchsorted(grid, b, side="right") - 1, 0, len(grid) - 2)
-        a = np.clip((b - grid[i0]) / (grid[i0 + 1] - grid[i0]), 0.0, 1.0)
-        k = np.broadcast_to(np.asarray(budget, dtype=np.intp), i0.shape[:1])
-        r0 = i0[..., 0]
+        b = np.asarray(b, dtype=np.float64)[..., 0]
+        k = np.broadcast_to(np.asarray(budget, dtype=np.intp), b.shape)
+        r0, a = self._locate(b, k)
+        a = a[:, None]
         rows = self.mixed_s[k, r0] * (1.0 - a) + self.mixed_s[k, r0 + 1] * a  # (n, nf)
-        c_left = (self.budget_left[k, r0] * (1.0 - a[..., 0]) + self.budget_left[k, r0 + 1] * a[..., 0])[:, None]
+        c_left = (self.budget_left[k, r0] * (1.0 - a[:, 0]) + self.budget_left[k, r0 + 1] * a[:, 0])[:, None]
         frac = np.clip(np.asarray(chunk_tokens) / np.maximum(c_left, 1.0), 0.0, 1.0)
         j = np.clip(np.searchsorted(CHUNK_FRACTIONS, frac, side="right") - 1, 0, len(CHUNK_FRACTIONS) - 2)
         f0 = CHUNK_FRACTIONS[j]
@@ -97,6 +113,8 @@ class SteadyState:
     queue_wait_s: FloatArray
     residual_s: FloatArray
     stable: NDArray[np.bool_]
+    #: the budget row of each state (see ``AggregatedModel.budgets``)
+    budget_index: NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
 
 
 class AggregatedModel:
@@ -147,6 +165,9 @@ class AggregatedModel:
         tokens_per_seq = w.input_tokens.mean + w.output_tokens.mean / 2.0
         self.kv_batch_cap = self.plan.kv_capacity_tokens / max(tokens_per_seq, 1.0)
         self.batch_cap = float(min(dep.max_batch_size, self.kv_batch_cap))
+        #: per budget row: the batch cap and the KV-cache batch cap (rows of a stack differ)
+        self.cap_k = np.full(self.budgets.size, self.batch_cap)
+        self.kv_cap_k = np.full(self.budgets.size, self.kv_batch_cap)
         if self.plan.kv_capacity_tokens < w.input_tokens.max + 1:
             raise ModelDoesNotFit(
                 f"the KV cache of one replica holds {self.plan.kv_capacity_tokens} tokens, less than the longest "
@@ -177,10 +198,13 @@ class AggregatedModel:
 
     def set_tables(self, mixed_s: FloatArray, prompt_prefill_s: FloatArray) -> None:
         grid = self._grid
+        nk = self.budgets.size
         budget_left = np.maximum(self.budgets[:, None] - grid[None, :], 1.0)
-        shape = (self.budgets.size, grid.size, CHUNK_FRACTIONS.size)
-        self.tables = _Tables(batch=grid, budget_left=budget_left, mixed_s=np.broadcast_to(mixed_s, shape).copy(),
-                              prompt_prefill_s=np.broadcast_to(prompt_prefill_s, self.prompt_compute.shape).copy())
+        shape = (nk, grid.size, CHUNK_FRACTIONS.size)
+        prompt = np.broadcast_to(prompt_prefill_s, self.prompt_compute.shape)
+        self.tables = _Tables(batch=np.broadcast_to(grid, (nk, grid.size)).copy(), budget_left=budget_left,
+                              mixed_s=np.broadcast_to(mixed_s, shape).copy(),
+                              prompt_prefill_s=np.broadcast_to(prompt, (nk, prompt.size)).copy())
 
     # -- steady state ---------------------------------------------------------------------------------------
     # The fixed point is solved backwards: for a decode batch B every balance equation is explicit in λ
@@ -223,7 +247,7 @@ class AggregatedModel:
                   rate_per_s: FloatArray | None = None, budget: NDArray[np.intp] | int = 0) -> SteadyState:
         if self.dep.chunked_prefill:
             return self._chunked(b, arrival_scv, wait_scale, rate_per_s, budget)
-        return self._unchunked(b, arrival_scv, wait_scale, rate_per_s)
+        return self._unchunked(b, arrival_scv, wait_scale, rate_per_s, budget)
 
     def states_at_batch(self, b: FloatArray, budget: NDArray[np.intp] | int = 0, arrival_scv: float = 1.0,
                         wait_scale: float = 1.0) -> SteadyState:
@@ -240,13 +264,15 @@ class AggregatedModel:
         steps = self.mean_decode_steps
         # the batch a decoding request runs in: itself plus the others (Poisson for an open loop, the M/G/∞
         # occupancy seen from inside; the other N − 1 clients' share for a closed loop)
-        seen = np.minimum(b * wait_scale + 1.0, max(self.batch_cap, 1.0))
         k_idx = np.broadcast_to(np.asarray(budget, dtype=np.intp), b.shape)
+        cap = self.cap_k[k_idx]
+        seen = np.minimum(b * wait_scale + 1.0, np.maximum(cap, 1.0))
         c_left = np.maximum(self.budgets[k_idx] - seen, 1.0)[:, None]
         n_chunks = np.ceil(lp / c_left)
         last = lp - (n_chunks - 1.0) * c_left
-        t_full = tb.mixed(seen[:, None], np.broadcast_to(c_left, n_chunks.shape), k_idx)
-        tau_d = tb.decode(seen)
+        # a full chunk is the whole budget left, whatever the prompt: one column, broadcast
+        t_full = np.broadcast_to(tb.mixed(seen[:, None], c_left, k_idx), n_chunks.shape)
+        tau_d = tb.decode(seen, k_idx)
         iters_per_req = np.sum(w * n_chunks, axis=1)
         u = np.zeros_like(b) if rate_per_s is None else np.zeros_like(b)
         for _ in range(3):
@@ -269,7 +295,7 @@ class AggregatedModel:
         r_mixed = lam * k
         r_dec = np.maximum(1.0 - u, 0.0) / tau_d
         tau_bar = 1.0 / np.maximum(r_mixed + r_dec, 1e-300)
-        stable = (u < MAX_UTILIZATION) & (b <= self.batch_cap * (1.0 + 1e-9)) & np.isfinite(lam)
+        stable = (u < MAX_UTILIZATION) & (b <= cap * (1.0 + 1e-9)) & np.isfinite(lam)
         own = (n_chunks - 1.0) * t_full + t_last
         # iteration-time distribution of the mixed kinds: full chunks and each prompt's last chunk
         kinds_s = np.concatenate([t_full, t_last], axis=1)
@@ -288,17 +314,20 @@ class AggregatedModel:
             rate_per_s=lam, batch=b, mean_iteration_s=tau_bar, decode_iteration_s=tau_d, prefill_utilization=u,
             mixed_iteration_rate_per_s=r_mixed, iteration_rate_per_s=1.0 / tau_bar, own_prefill_s=own,
             mixed_kind_s=kinds_s, mixed_kind_weight=kinds_w, queue_wait_s=wq, residual_s=residual, stable=stable,
+            budget_index=np.array(k_idx),
         )
 
     def _unchunked(self, b: FloatArray, arrival_scv: float, wait_scale: float,
-                   rate_per_s: FloatArray | None) -> SteadyState:
+                   rate_per_s: FloatArray | None, budget: NDArray[np.intp] | int = 0) -> SteadyState:
         tb = self.tables
-        t_pre = tb.prompt_prefill_s[None, :]
+        k_idx = np.broadcast_to(np.asarray(budget, dtype=np.intp), b.shape)
+        cap = self.cap_k[k_idx]
+        t_pre = tb.prompt_prefill_s[k_idx]  # (n, ni)
         w = self.in_weights[None, :]
-        mean_pre = float(np.sum(w * t_pre))
-        scv_pre = float(np.sum(w * t_pre**2)) / mean_pre**2 - 1.0
+        mean_pre = np.sum(w * t_pre, axis=1)
+        scv_pre = np.sum(w * t_pre**2, axis=1) / mean_pre**2 - 1.0
         steps = self.mean_decode_steps
-        tau_d = tb.decode(np.minimum(b * wait_scale + 1.0, max(self.batch_cap, 1.0)))
+        tau_d = tb.decode(np.minimum(b * wait_scale + 1.0, np.maximum(cap, 1.0)), k_idx)
         if rate_per_s is None:
             # B = λ·D·τ_d / (1 − λ·E[t_pre])  (a stream's gap includes the prefill iterations it waits through)
             lam = np.where(b > 0, b / (steps * tau_d + b * mean_pre), 0.0) if steps > 0 else np.zeros_like(b)
@@ -306,7 +335,7 @@ class AggregatedModel:
             lam = rate_per_s
         u = lam * mean_pre
         r_dec = np.maximum(1.0 - u, 1e-9) / tau_d
-        stable = (u < MAX_UTILIZATION) & (b <= self.batch_cap * (1.0 + 1e-9))
+        stable = (u < MAX_UTILIZATION) & (b <= cap * (1.0 + 1e-9))
         u_c = np.clip(u, 0.0, MAX_UTILIZATION)
         u_w = u_c * wait_scale
         wq = u_w / (1.0 - u_w) * (arrival_scv + scv_pre) / 2.0 * mean_pre
@@ -314,13 +343,14 @@ class AggregatedModel:
         residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - u_c) * wait_scale
         # a stream's gap holds one decode iteration, plus a prefill iteration with probability λ / r_dec
         p_pre = np.minimum(lam / r_dec, 1.0)
-        kinds_s = tau_d[:, None] + t_pre + np.zeros_like(b)[:, None]
+        kinds_s = tau_d[:, None] + t_pre
         kinds_w = np.broadcast_to(w, kinds_s.shape)
         return SteadyState(
             rate_per_s=lam, batch=b, mean_iteration_s=1.0 / r_dec, decode_iteration_s=tau_d, prefill_utilization=u,
             mixed_iteration_rate_per_s=p_pre * r_dec, iteration_rate_per_s=r_dec,
-            own_prefill_s=np.broadcast_to(t_pre, (len(b), t_pre.shape[1])).copy(), mixed_kind_s=kinds_s,
+            own_prefill_s=t_pre.copy(), mixed_kind_s=kinds_s,
             mixed_kind_weight=kinds_w, queue_wait_s=wq, residual_s=residual, stable=stable,
+            budget_index=np.array(k_idx),
         )
 
     # -- closed loop ----------------------------------------------------------------------------------------
@@ -391,3 +421,34 @@ class AggregatedModel:
             lam = float(np.clip(lo + (clients - n_lo) * (hi - lo) / (n_hi - n_lo), 0.0, float(st.rate_per_s[-1])))
             lo, hi = lam * 0.999, min(lam * 1.001, float(st.rate_per_s[-1]))
         return lam
+
+
+def stack_models(models: list[AggregatedModel]) -> AggregatedModel:
+    """One model whose budget rows are all the rows of ``models``, so that a search computes the states of
+    many configurations (GPUs, parallelisms, budgets) in one vectorized pass.
+
+    The models must share the workload, the engine and the chunking mode, and have their tables set. The
+    stack supports the per-row methods (``states_at_batch``, ``tables``, ``cap_k``); the single-deployment
+    ones (``steady_state``, closed loops, ``plan``, ``ctx``) are those of the first model and do not apply.
+    ``owner[k]`` is the index in ``models`` of row ``k``; ``local[k]`` its row there."""
+    first = models[0]
+    out = copy.copy(first)
+    out.__dict__.pop("_curve_cache", None)
+    nb = max(m.tables.batch.shape[1] for m in models)
+
+    def pad(a: FloatArray) -> FloatArray:
+        """Repeat a row's last grid point to the common grid length (a zero-width cell is never chosen)."""
+        extra = nb - a.shape[1]
+        return a if extra == 0 else np.concatenate([a, np.repeat(a[:, -1:], extra, axis=1)], axis=1)
+
+    t = [m.tables for m in models]
+    out.tables = _Tables(batch=np.concatenate([pad(x.batch) for x in t]),
+                         budget_left=np.concatenate([pad(x.budget_left) for x in t]),
+                         mixed_s=np.concatenate([pad(x.mixed_s) for x in t]),
+                         prompt_prefill_s=np.concatenate([x.prompt_prefill_s for x in t]))
+    out.budgets = np.concatenate([m.budgets for m in models])
+    out.cap_k = np.concatenate([m.cap_k for m in models])
+    out.kv_cap_k = np.concatenate([m.kv_cap_k for m in models])
+    out.owner = np.concatenate([np.full(m.budgets.size, i) for i, m in enumerate(models)])
+    out.local = np.concatenate([np.arange(m.budgets.size) for m in models])
+    return out
