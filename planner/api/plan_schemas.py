@@ -104,7 +104,7 @@ class PlanChunkedRequest(ModelChoice):
         None,
         min_length=1,
         max_length=MAX_CANDIDATES,
-        description="Budgets to search [tokens]. Default: 256 to 16384 (12 values)",
+        description="Budgets to search [tokens]. Default: 256, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384",
     )
     max_batch_sizes: list[BatchSize] | None = Field(
         None,

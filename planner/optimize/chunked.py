@@ -32,7 +32,7 @@ from planner.serving.evaluate import compress_points
 from planner.serving.types import AggregatedDeployment, Evaluation, ServingProblem, Slo
 
 #: token budgets searched by default [tokens]: Sarathi-Serve's 256–2048 range up to vLLM's 8192 default and beyond
-DEFAULT_TOKEN_BUDGETS = (256, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
+DEFAULT_TOKEN_BUDGETS = (256, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384)
 #: batch limits searched by default [sequences]
 DEFAULT_MAX_BATCH_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
 #: z of the batch limit's margin over the mean decode batch: the limit is chosen at or above the batch's
@@ -171,8 +171,10 @@ def prepare_aggregated(
     *,
     token_budgets: tuple[int, ...] = DEFAULT_TOKEN_BUDGETS,
     max_batch_sizes: tuple[int, ...] = DEFAULT_MAX_BATCH_SIZES,
+    chunk_overhead: bool = True,
 ) -> PreparedAggregated:
-    """Build the search model of one aggregated configuration (raises ``ModelDoesNotFit`` as evaluate does)."""
+    """Build the search model of one aggregated configuration (raises ``ModelDoesNotFit`` as evaluate does);
+    ``chunk_overhead=False`` skips the grids of the chunking-overhead report (reported as 0)."""
     dep = problem.deployment
     assert isinstance(dep, AggregatedDeployment)
     mbs = np.array(sorted(set(max_batch_sizes)), dtype=np.float64)
@@ -190,7 +192,7 @@ def prepare_aggregated(
     )
     requests: list[dict[str, np.ndarray | float]] = list(model.table_inputs())
     sizes = weights = None
-    if dep.chunked_prefill:
+    if dep.chunked_prefill and chunk_overhead:
         extra, sizes, weights = _chunk_overhead_inputs(model)
         requests += extra
     return PreparedAggregated(

@@ -202,6 +202,7 @@ def plan(search: PlanSearch) -> Plan:
                         dataclasses.replace(problem, deployment=dep),
                         token_budgets=search.token_budgets,
                         max_batch_sizes=search.max_batch_sizes,
+                        chunk_overhead=False,
                     )
                 except PlannerError as exc:
                     if mode == "aggregated_chunked" or "aggregated_chunked" not in search.modes:

@@ -23,8 +23,8 @@ from planner.serving.evaluate import FLUCTUATION_Z
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
-#: halvings of the rate bracket [0, stability limit]: 2⁻²⁴ of it
-BISECTION_STEPS = 24
+#: halvings of the rate bracket [0, stability limit]: 2⁻²⁰ of it
+BISECTION_STEPS = 20
 #: points of the tabulated exponential-tail integral G(θ), six decades either side of the target
 THETA_POINTS = 240
 DECODE_CURVE_POINTS = 32
