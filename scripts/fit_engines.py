@@ -222,9 +222,11 @@ def main() -> None:
                 continue
             current[engine_id]["request_overhead_s"] = fitted["request_overhead_s"]
             current[engine_id]["closed_loop_coherence"] = fitted["closed_loop_coherence"]
-            parts = [p for p in current[engine_id].get("fitted_on", "").split("; ") if p and not p.startswith("TTFT")]
+            # drop the previous TTFT note (and the pieces older versions of this script split off it)
+            stale = ("TTFT", "leave-one-model-out", "fit on its own rows", "vLLM's values")
+            parts = [p for p in current[engine_id].get("fitted_on", "").split("; ") if p and not p.startswith(stale)]
             parts.append(f"TTFT front-end and closed-loop coherence: scripts/fit_engines.py, Eq. (2), on {fitted['n']} "
-                         f"aggregated rows ({', '.join(fitted['models'])}); {fitted['lomo']}")
+                         f"aggregated rows ({', '.join(fitted['models'])}), {fitted['lomo']}")
             current[engine_id]["fitted_on"] = "; ".join(parts)
         ENGINE_FILE.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
         print("wrote", ENGINE_FILE)

@@ -305,11 +305,11 @@ class AggregatedModel:
         service_mean = np.where(lam > 0, u_c / np.where(lam > 0, lam, 1.0), 0.0)
         u_w = u_c * wait_scale
         wq = u_w / (1.0 - u_w) * (arrival_scv + self.prompt_scv) / 2.0 * service_mean
-        # arriving mid-iteration: mean residual of the iteration in progress, E[τ²] / (2 E[τ]); only other
-        # requests' work can be in progress, hence the same thinning as the queue
-        p_m = np.clip(r_mixed * tau_bar, 0.0, 1.0)
-        e_tau2 = p_m * np.sum(kinds_w * kinds_s**2, axis=1) + (1.0 - p_m) * tau_d**2
-        residual = np.where(b > 0, e_tau2 / (2.0 * tau_bar), 0.0) * wait_scale
+        # arriving mid-iteration: with the prefill lane idle (a time share 1 − u) the new prompt waits for the
+        # decode-only iteration in progress, τ_d / 2 on average; with it busy, the rest of the iteration in
+        # progress is part of the lane's residual work, already in Kingman's wait (P-K counts the residual
+        # service). Only other requests' work can be in progress, hence the same thinning as the queue
+        residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - u_c) * wait_scale
         return SteadyState(
             rate_per_s=lam, batch=b, mean_iteration_s=tau_bar, decode_iteration_s=tau_d, prefill_utilization=u,
             mixed_iteration_rate_per_s=r_mixed, iteration_rate_per_s=1.0 / tau_bar, own_prefill_s=own,
