@@ -258,6 +258,8 @@ def _prepare(
     for i, pc in enumerate(pre):
         for j, dc in enumerate(dec):
             for li, link in enumerate(links):
+                if len(links) == 2 and li == 0 and pc.gpu.id != dc.gpu.id:
+                    continue  # "auto" never joins two GPU types by NVLink: the pair's NVLink slot is never read
                 bw = choose_link(
                     DisaggregatedDeployment(prefill=_pool_spec(pc, 1), decode=_pool_spec(dc, 1), kv_link=link)
                 ).bandwidth_bytes_per_s  # type: ignore[arg-type]
@@ -274,6 +276,8 @@ def _prepare(
                         )
                     )
                 variant_of[i, j, li] = seen[key]
+            if len(links) == 2 and pc.gpu.id != dc.gpu.id:
+                variant_of[i, j, 0] = variant_of[i, j, 1]
     return _Pools(
         pre=pre,
         dec=dec,
@@ -425,17 +429,18 @@ def _pick(search: DisaggregatedSearch, cells: _Cells, exclude: set[int]) -> tupl
     if search.minimize == "cost_per_token":
         served = cells.capacity if target is None else np.full(cells.capacity.shape, float(target))
         key = np.where(ok, cost / np.maximum(served, 1e-300), np.inf)
-        if not np.any(ok) or not np.any(np.isfinite(key)):
+        cand = np.flatnonzero(np.isfinite(key))
+        if cand.size == 0:
             return None, "min_cost_per_token"
-        order = np.lexsort((-cells.capacity, cells.gpus, key))
-        return int(order[0]), "min_cost_per_token"
+        order = np.lexsort((-cells.capacity[cand], cells.gpus[cand], key[cand]))
+        return int(cand[order[0]]), "min_cost_per_token"
     if target is None:
         if not np.any(ok):
             return None, "max_goodput"
         best = np.max(cells.capacity[ok])
-        tied = ok & (cells.capacity >= best * (1.0 - TIE_FRACTION))
-        order = np.lexsort((cost, cells.gpus, -cells.capacity))
-        return int(next(k for k in order if tied[k])), "max_goodput"
+        tied = np.flatnonzero(ok & (cells.capacity >= best * (1.0 - TIE_FRACTION)))
+        order = np.lexsort((cost[tied], cells.gpus[tied], -cells.capacity[tied]))
+        return int(tied[order[0]]), "max_goodput"
     use_cost = search.minimize == "cost" or (
         search.minimize == "auto" and bool(np.any(ok)) and bool(np.all(np.isfinite(cells.cost[ok])))
     )
@@ -443,8 +448,9 @@ def _pick(search: DisaggregatedSearch, cells: _Cells, exclude: set[int]) -> tupl
     if not np.any(ok):
         return None, obj
     key = cost if use_cost else cells.gpus.astype(float)
-    order = np.lexsort((-cells.capacity, np.where(ok, key, np.inf)))
-    return int(order[0]), obj
+    cand = np.flatnonzero(ok)
+    order = np.lexsort((-cells.capacity[cand], key[cand]))
+    return int(cand[order[0]]), obj
 
 
 def plan_disaggregated(

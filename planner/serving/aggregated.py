@@ -86,12 +86,11 @@ class _Tables:
         c_left = (self.budget_left[k, r0] * (1.0 - a[:, 0]) + self.budget_left[k, r0 + 1] * a[:, 0])[:, None]
         frac = np.clip(np.asarray(chunk_tokens) / np.maximum(c_left, 1.0), 0.0, 1.0)
         j = np.clip(np.searchsorted(CHUNK_FRACTIONS, frac, side="right") - 1, 0, len(CHUNK_FRACTIONS) - 2)
-        f0 = CHUNK_FRACTIONS[j]
-        f1 = CHUNK_FRACTIONS[j + 1]
-        r = np.arange(rows.shape[0])[:, None]
-        t0 = rows[r, j]
-        t1 = rows[r, j + 1]
-        return t0 + (t1 - t0) * (frac - f0) / (f1 - f0)
+        # per row: the value at each segment's start and the slope along it
+        slope = np.diff(rows, axis=1) / np.diff(CHUNK_FRACTIONS)
+        offset = rows[:, :-1] - slope * CHUNK_FRACTIONS[:-1]
+        flat = j + (np.arange(rows.shape[0]) * (rows.shape[1] - 1))[:, None]
+        return offset.ravel()[flat] + slope.ravel()[flat] * frac
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,14 +273,19 @@ class AggregatedModel:
         t_full = np.broadcast_to(tb.mixed(seen[:, None], c_left, k_idx), n_chunks.shape)
         tau_d = tb.decode(seen, k_idx)
         iters_per_req = np.sum(w * n_chunks, axis=1)
-        u = np.zeros_like(b) if rate_per_s is None else np.zeros_like(b)
+        # the parts of the per-iteration sums that do not move with u
+        full_share = np.sum(w * (n_chunks - 1.0), axis=1)
+        spare = np.minimum(c_left - last, self.mean_prompt_compute)
+        base_tokens = full_share * c_left[:, 0] + np.sum(w * last, axis=1)
+        spare_tokens = np.sum(w * spare, axis=1)
+        u = np.zeros_like(b)
         for _ in range(3):
             # with another prompt waiting (probability ≈ u) the last chunk's spare budget takes its tokens
-            last_topped = last + np.minimum(u, MAX_UTILIZATION)[:, None] * np.minimum(c_left - last,
-                                                                                       self.mean_prompt_compute)
+            u_top = np.minimum(u, MAX_UTILIZATION)
+            last_topped = last + u_top[:, None] * spare
             t_last = tb.mixed(seen[:, None], last_topped, k_idx)
-            tokens_per_iter = np.sum(w * ((n_chunks - 1.0) * c_left + last_topped), axis=1) / iters_per_req
-            tau_m = np.sum(w * ((n_chunks - 1.0) * t_full + t_last), axis=1) / iters_per_req
+            tokens_per_iter = (base_tokens + u_top * spare_tokens) / iters_per_req
+            tau_m = (full_share * t_full[:, 0] + np.sum(w * t_last, axis=1)) / iters_per_req
             k = self.mean_prompt_compute / tokens_per_iter  # mixed iterations per request
             if rate_per_s is None:
                 if steps > 0:
