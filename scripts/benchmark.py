@@ -159,7 +159,7 @@ _PLAN_WORKLOAD = {"input_tokens": {"distribution": "lognormal", "median": 1000, 
 _PLAN_SLO = {"ttft_s": 1.0, "ttft_percentile": 90, "itl_s": 0.05, "itl_percentile": 99}
 #: (label, path, bodies): a benchmark cycles through its bodies, one per request
 PLAN_BODIES = (
-    ("chunk-budget search, Llama-3.1-70B tp4 × h100-sxm, 12 budgets × 8 batch limits", "/v1/plan/chunked",
+    ("chunk-budget search, Llama-3.1-70B tp4 × h100-sxm, 9 budgets × 8 batch limits", "/v1/plan/chunked",
      [{"model": "meta-llama/Llama-3.1-70B", "gpu": "h100-sxm", "parallelism": {"tp": 4}, "replicas": 2,
        "workload": _PLAN_WORKLOAD, "slo": _PLAN_SLO}]),
     ("pool split, Llama-3.1-70B, {h100-sxm, h200-sxm} × TP {1,2,4,8} per pool, 16 GPUs", "/v1/plan/disaggregated",

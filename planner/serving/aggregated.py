@@ -56,14 +56,21 @@ class _Tables:
     budget_left: FloatArray  # (nk, nb) chunk budget C(B) per token budget
     mixed_s: FloatArray  # (nk, nb, nf) iteration time at chunk = CHUNK_FRACTIONS · C(B)
     prompt_prefill_s: FloatArray  # (nk, ni) prefill-only pass of each prompt point (unchunked)
+    #: True when all rows share the first row's grid (one model), which allows a plain binary search
+    shared_grid: bool = False
 
     def _locate(self, b: FloatArray, k: NDArray[np.intp]) -> tuple[NDArray[np.intp], FloatArray]:
         """Grid cell ``i0`` and position ``a`` in it of each ``b`` in its row's grid (b and k broadcast)."""
-        grid = self.batch[k]  # (..., nb)
-        nb = grid.shape[-1]
-        i0 = np.clip(np.sum(b[..., None] >= grid, axis=-1) - 1, 0, nb - 2)
-        g0 = np.take_along_axis(grid, i0[..., None], axis=-1)[..., 0]
-        g1 = np.take_along_axis(grid, i0[..., None] + 1, axis=-1)[..., 0]
+        nb = self.batch.shape[1]
+        if self.shared_grid:  # one model: every row has the same grid
+            grid = self.batch[0]
+            i0 = np.clip(np.searchsorted(grid, b, side="right") - 1, 0, nb - 2)
+            g0, g1 = grid[i0], grid[i0 + 1]
+        else:
+            rows = self.batch[k]  # (..., nb)
+            i0 = np.clip(np.sum(b[..., None] >= rows, axis=-1) - 1, 0, nb - 2)
+            g0 = np.take_along_axis(rows, i0[..., None], axis=-1)[..., 0]
+            g1 = np.take_along_axis(rows, i0[..., None] + 1, axis=-1)[..., 0]
         return i0, np.clip((b - g0) / np.maximum(g1 - g0, 1e-12), 0.0, 1.0)
 
     def decode(self, b: FloatArray, budget: NDArray[np.intp] | int = 0) -> FloatArray:
@@ -203,7 +210,8 @@ class AggregatedModel:
         prompt = np.broadcast_to(prompt_prefill_s, self.prompt_compute.shape)
         self.tables = _Tables(batch=np.broadcast_to(grid, (nk, grid.size)).copy(), budget_left=budget_left,
                               mixed_s=np.broadcast_to(mixed_s, shape).copy(),
-                              prompt_prefill_s=np.broadcast_to(prompt, (nk, prompt.size)).copy())
+                              prompt_prefill_s=np.broadcast_to(prompt, (nk, prompt.size)).copy(),
+                              shared_grid=True)
 
     # -- steady state ---------------------------------------------------------------------------------------
     # The fixed point is solved backwards: for a decode batch B every balance equation is explicit in λ
