@@ -36,7 +36,7 @@ from planner.optimize.chunked import (
     capacity_options,
     prepare_aggregated,
 )
-from planner.optimize.common import meets_slo, verified_evaluation
+from planner.optimize.common import meets_slo, scaled_slo, verified_evaluation
 from planner.optimize.disaggregated import (
     DisaggregatedPlan,
     DisaggregatedSearch,
@@ -177,6 +177,10 @@ def _validate(search: PlanSearch) -> None:
 
 def plan(search: PlanSearch) -> Plan:
     """Rank configurations across modes, GPUs and TP degrees (see the module docstring)."""
+    return _plan(search, find_nearest=True)
+
+
+def _plan(search: PlanSearch, find_nearest: bool) -> Plan:
     _validate(search)
     problem, slo = search.problem, search.slo
     skipped: list[str] = []
@@ -254,7 +258,7 @@ def plan(search: PlanSearch) -> Plan:
             skipped.append(f"disaggregated: {disagg_plan.message}")
     assumptions = _assumptions(search)
     if not configs:
-        return _infeasible(search, agg, skipped, assumptions)
+        return _infeasible(search, agg, skipped, assumptions, find_nearest)
     ranked = sorted(configs, key=lambda c: -c.score)
     ranked = _verify_top(search, ranked, disagg_plan)
     frontier = _frontier(options, ranked)
@@ -564,6 +568,7 @@ def _infeasible(
     agg: list[tuple[GpuSpec, int, str, PreparedAggregated]],
     skipped: list[str],
     assumptions: tuple[str, ...],
+    find_nearest: bool = True,
 ) -> Plan:
     slo = search.slo
     bindings: list[str] = []
@@ -584,12 +589,14 @@ def _infeasible(
             f = max(f, float(itl[0]) / slo.itl_s)
         best_factor = min(best_factor, f)
     if np.isfinite(best_factor) and best_factor > 1.0:
-        near = dataclasses.replace(
-            slo,
-            ttft_s=None if slo.ttft_s is None else slo.ttft_s * best_factor * 1.1,
-            itl_s=None if slo.itl_s is None else slo.itl_s * best_factor * 1.1,
-        )
         bindings.append("the SLO is missed even at light load by every configuration searched")
+        if find_nearest:
+            # confirmed by planning again with it (the targets grow by 10 % until a plan holds)
+            for k in range(1, 6):
+                candidate = scaled_slo(slo, best_factor * 1.1**k)
+                if _plan(dataclasses.replace(search, slo=candidate), find_nearest=False).status == "optimal":
+                    near = candidate
+                    break
     elif search.total_gpus is not None:
         bindings.append(
             f"the GPU budget ({search.total_gpus}) is too small for the SLO"
@@ -600,7 +607,8 @@ def _infeasible(
     msg = "no configuration meets the SLO: " + "; ".join(bindings)
     if near is not None:
         msg += (
-            f"; the nearest SLO met at light load (10 % margin) is ttft_s={near.ttft_s}, itl_s={near.itl_s}"
+            f"; the nearest SLO a configuration meets (confirmed by planning with it) is ttft_s={near.ttft_s}, "
+            f"itl_s={near.itl_s}"
         )
     return Plan(
         status="infeasible",

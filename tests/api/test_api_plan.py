@@ -160,6 +160,8 @@ async def test_plan_infeasible_slo_is_answered(client):
     d = (await client.post("/v1/plan", json=PLAN | {"slo": {"ttft_s": 0.001, "itl_s": 0.0001}})).json()
     assert d["status"] == "infeasible" and d["configurations"] == []
     assert d["binding_constraints"] and d["nearest_feasible_slo"]["ttft_s"] > 0.001
+    again = (await client.post("/v1/plan", json=PLAN | {"slo": d["nearest_feasible_slo"]})).json()
+    assert again["status"] == "optimal"
 
 
 @pytest.mark.parametrize(("path", "body", "field"), [
