@@ -21,6 +21,7 @@ from planner.api.schemas import (
     WorkerCount,
 )
 from planner.api.serving_schemas import (
+    MetricsOut,
     ArrivalIn,
     KvTransferIn,
     LatencyStatsOut,
@@ -211,31 +212,6 @@ class PlanRequest(ModelChoice):
 
 
 # ------------------------------------------------------------------------------------------ responses
-
-
-class MetricsOut(BaseModel):
-    """What ``evaluate`` predicts for the chosen configuration at its operating rate."""
-
-    model_config = _RESPONSE
-
-    num_gpus: int
-    ttft_s: LatencyStatsOut
-    itl_s: LatencyStatsOut
-    tpot_s: LatencyStatsOut
-    e2e_latency_s: LatencyStatsOut
-    ttft_breakdown_s: TtftBreakdownOut
-    requests_per_s: FiniteFloat
-    throughput_output_tokens_per_s: FiniteFloat
-    throughput_output_tokens_per_s_per_gpu: FiniteFloat
-    output_tokens_per_s_per_user: FiniteFloat
-    utilization: dict[str, FiniteFloat]
-    mean_decode_batch: FiniteFloat
-    feasible: bool
-    limiting_resource: str
-    kv_transfer: dict[str, FiniteFloat] | None
-    slo_attainment_fraction: FiniteFloat | None
-    goodput_requests_per_s: FiniteFloat | None
-    warnings: list[str]
 
 
 class BudgetPointOut(BaseModel):

@@ -404,20 +404,11 @@ class SloOut(BaseModel):
     itl_percentile: FiniteFloat
 
 
-class EvaluateResponse(BaseModel):
-    """Predicted steady-state metrics of the deployment under the workload, and the inputs they are for."""
+class MetricsOut(BaseModel):
+    """What ``evaluate`` predicts for a deployment under a workload, in steady state."""
 
     model_config = _RESPONSE
 
-    model: str
-    engine: str
-    weight_dtype: str
-    kv_dtype: str
-    deployment: DeploymentOut
-    workload: WorkloadOut
-    slo: SloOut | None
-
-    mode: Literal["aggregated", "disaggregated"]
     num_gpus: int
     ttft_s: LatencyStatsOut
     itl_s: LatencyStatsOut
@@ -429,7 +420,8 @@ class EvaluateResponse(BaseModel):
     throughput_output_tokens_per_s_per_gpu: FiniteFloat
     output_tokens_per_s_per_user: FiniteFloat
     utilization: dict[str, FiniteFloat] = Field(
-        description="Busy fraction of each resource: gpu (aggregated), prefill_pool, decode_pool, kv_link"
+        description="Busy fraction of each resource, 0..1: prefill_lane, decode_batch, kv_cache (aggregated); "
+        "prefill_pool, decode_pool, kv_link (disaggregated)"
     )
     mean_decode_batch: FiniteFloat = Field(description="Mean running decode batch per (decode) worker")
     feasible: bool = Field(description="False when the offered load exceeds what the deployment serves")
@@ -444,3 +436,19 @@ class EvaluateResponse(BaseModel):
         description="Requests meeting the SLO per second; null without slo"
     )
     warnings: list[str]
+
+
+class EvaluateResponse(MetricsOut):
+    """Predicted steady-state metrics of the deployment under the workload, and the inputs they are for."""
+
+    model_config = _RESPONSE
+
+    model: str
+    engine: str
+    weight_dtype: str
+    kv_dtype: str
+    deployment: DeploymentOut
+    workload: WorkloadOut
+    slo: SloOut | None
+
+    mode: Literal["aggregated", "disaggregated"]

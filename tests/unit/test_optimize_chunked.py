@@ -19,7 +19,6 @@ from planner.hardware import load_catalog
 from planner.models import load_model_catalog
 from planner.optimize.chunked import ChunkedPlan, ChunkedSearch, plan_chunked
 from planner.optimize.common import meets_slo
-from planner.serving.evaluate import evaluate
 from planner.serving.types import (
     AggregatedDeployment,
     DisaggregatedDeployment,
@@ -29,6 +28,7 @@ from planner.serving.types import (
     Slo,
 )
 from planner.serving.workload import Arrival, Workload, fixed_length, lognormal_lengths
+from planner.validation.brute_force import brute_force_capacity, evaluate_at_rate
 
 BUDGETS = (512, 2048, 8192)
 LIMITS = (32, 256)
@@ -85,24 +85,11 @@ def make_problem(env: dict) -> Callable[..., ServingProblem]:
 
 
 def _at_rate(problem: ServingProblem, rate_per_s: float, slo: Slo) -> Evaluation:
-    wl = dataclasses.replace(problem.workload, arrival=Arrival(kind="poisson", rate_per_s=rate_per_s))
-    return evaluate(dataclasses.replace(problem, workload=wl, slo=slo))
+    return evaluate_at_rate(problem, rate_per_s, slo)
 
 
 def brute_capacity(problem: ServingProblem, slo: Slo) -> float:
-    """Largest Poisson rate at which the full evaluation meets the SLO (bisection; 0 when even a trickle
-    misses it). An overloaded evaluation reports the saturation rate it serves, which bounds the search."""
-    saturation = _at_rate(problem, 1e6, slo).requests_per_s
-    if not meets_slo(_at_rate(problem, saturation * 1e-6, slo), slo):
-        return 0.0
-    lo, hi = 0.0, saturation
-    for _ in range(HALVINGS):
-        mid = 0.5 * (lo + hi)
-        if meets_slo(_at_rate(problem, mid, slo), slo):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return brute_force_capacity(problem, slo, HALVINGS)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ from planner.optimize.disaggregated import (
     PoolCandidate,
     plan_disaggregated,
 )
-from planner.serving.evaluate import evaluate
 from planner.serving.types import (
     AggregatedDeployment,
     DisaggregatedDeployment,
@@ -34,6 +33,7 @@ from planner.serving.types import (
     Slo,
 )
 from planner.serving.workload import Arrival, Workload, fixed_length, lognormal_lengths
+from planner.validation.brute_force import brute_force_capacity, evaluate_at_rate
 
 TOTAL_GPUS = 8
 HALVINGS = 26
@@ -87,24 +87,11 @@ def deployment(pc: PoolCandidate, dc: PoolCandidate, c: int, d: int) -> Disaggre
 
 
 def _at_rate(problem: ServingProblem, rate_per_s: float, slo: Slo) -> Evaluation:
-    wl = dataclasses.replace(problem.workload, arrival=Arrival(kind="poisson", rate_per_s=rate_per_s))
-    return evaluate(dataclasses.replace(problem, workload=wl, slo=slo))
+    return evaluate_at_rate(problem, rate_per_s, slo)
 
 
 def brute_capacity(problem: ServingProblem, slo: Slo) -> float:
-    """Largest Poisson rate meeting the SLO when evaluated (an overloaded evaluation reports the saturation
-    rate it serves, which bounds the bisection)."""
-    saturation = _at_rate(problem, 1e6, slo).requests_per_s
-    if not meets_slo(_at_rate(problem, saturation * 1e-6, slo), slo):
-        return 0.0
-    lo, hi = 0.0, saturation
-    for _ in range(HALVINGS):
-        mid = 0.5 * (lo + hi)
-        if meets_slo(_at_rate(problem, mid, slo), slo):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return brute_force_capacity(problem, slo, HALVINGS)
 
 
 @pytest.fixture(scope="module")
