@@ -45,6 +45,8 @@ CHUNK_FRACTIONS = np.array([0.0, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0])
 NUM_BATCH_POINTS = 20
 #: largest prefill-lane utilization treated as stable
 MAX_UTILIZATION = 0.995
+#: decode batches of the λ(B) curve an arrival rate is interpolated on (geometric from 1e-3 to the cap)
+CURVE_POINTS = 48
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,7 +237,7 @@ class AggregatedModel:
         cache = self.__dict__.setdefault("_curve_cache", {})
         if wait_scale not in cache:
             cap = max(self.batch_cap, 1e-3)
-            b = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, 90)])
+            b = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, CURVE_POINTS)])
             st = self._at_batch(b, 1.0, wait_scale)
             lam = st.rate_per_s
             ok = st.stable & np.isfinite(lam)
