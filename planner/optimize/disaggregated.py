@@ -313,8 +313,11 @@ def _cells(search: DisaggregatedSearch, pools: _Pools, slo: Slo) -> _Cells:
     if search.total_gpus is not None:
         limit = min(limit, search.total_gpus)
     workers = np.arange(1, max(limit, 1) + 1)
-    max_pre = None
+    max_pre = max_dec = None
     if search.total_gpus is not None:
+        # a decode pool can use what the budget leaves after the smallest prefill worker
+        p_min = min(p.parallelism.num_gpus for p in pools.pre)
+        max_dec = np.array([(search.total_gpus - p_min) // d.parallelism.num_gpus for d in pools.dec])
         # a prefill pool can use what the budget leaves after the smallest decode worker
         g_min = min(d.parallelism.num_gpus for d in pools.dec)
         max_pre = np.array([(search.total_gpus - g_min) // v.gpus_per_worker for v in pools.pre_variants])
@@ -334,6 +337,7 @@ def _cells(search: DisaggregatedSearch, pools: _Pools, slo: Slo) -> _Cells:
         mean_decode_steps=max(w.output_tokens.mean - 1.0, 0.0),
         itl_s=slo.itl_s,
         itl_percentile=slo.itl_percentile,
+        max_workers=max_dec,
     )  # (nd, nw)
     npre, ndec, nw = len(pools.pre), len(pools.dec), workers.size
     gp = np.array([p.parallelism.num_gpus for p in pools.pre])

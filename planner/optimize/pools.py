@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from planner.optimize.capacity import REFINE_POINTS, erlang_c_servers
+from planner.optimize.capacity import erlang_c_servers
 from planner.serving.disaggregated import MAX_UTILIZATION
 from planner.serving.evaluate import FLUCTUATION_Z
 
@@ -28,6 +28,8 @@ BISECTION_STEPS = 14
 #: points of the tabulated exponential-tail integral G(θ), six decades either side of the target
 THETA_POINTS = 120
 DECODE_CURVE_POINTS = 32
+#: refinements of each decode bracket (the rate to ~1/289 of a curve cell)
+DECODE_REFINE_POINTS = 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,18 +145,26 @@ def decode_capacity(
     mean_decode_steps: float,
     itl_s: float | None,
     itl_percentile: float,
+    max_workers: IntArray | None = None,
 ) -> tuple[FloatArray, FloatArray]:
-    """(largest rate [requests/s], per-worker batch there) per (variant, worker count), shapes (nv, nc)."""
-    nv, nc = len(variants), len(workers)
-    rate = np.zeros((nv, nc))
-    batch = np.zeros((nv, nc))
-    d = np.asarray(workers, dtype=np.float64)
+    """(largest rate [requests/s], per-worker batch there) per (variant, worker count), shapes (nv, nc).
+    ``max_workers`` (per variant) skips the counts a search cannot use (reported as 0)."""
+    nv = len(variants)
+    all_d = np.asarray(workers, dtype=np.float64)
+    nc_all = all_d.size
+    rate = np.zeros((nv, nc_all))
+    batch = np.zeros((nv, nc_all))
     q = itl_percentile / 100.0
     for i, v in enumerate(variants):
+        use = all_d <= (np.inf if max_workers is None else max_workers[i])
+        d = all_d[use]
+        nc = d.size
+        if nc == 0:
+            continue
         top = max(v.batch_grid[-1] - 1.0, 1e-3)
         b = np.concatenate([[0.0], np.geomspace(1e-3, top, DECODE_CURVE_POINTS)])
         if mean_decode_steps <= 0:
-            rate[i] = np.inf
+            rate[i, use] = np.inf
             continue
         if itl_s is None:
             b_star = np.full(nc, top)
@@ -164,14 +174,14 @@ def decode_capacity(
             lo = np.where(last >= 0, b[np.maximum(last, 0)], 0.0)
             hi = np.where(last < b.size - 1, b[np.minimum(last + 1, b.size - 1)], lo)
             for _ in range(2):
-                frac = np.linspace(0.0, 1.0, REFINE_POINTS + 2)[1:-1]
+                frac = np.linspace(0.0, 1.0, DECODE_REFINE_POINTS + 2)[1:-1]
                 sub = lo[:, None] + (hi - lo)[:, None] * frac[None, :]
                 g = np.cumprod(_decode_itl_ok(v, sub, d[:, None], itl_s, q), axis=1).astype(bool)
-                width = (hi - lo) / (REFINE_POINTS + 1)
+                width = (hi - lo) / (DECODE_REFINE_POINTS + 1)
                 lo = lo + width * np.sum(g, axis=1)
                 hi = np.minimum(lo + width, hi)
             b_star = np.where(last >= 0, lo, -1.0)
         tau = np.interp(np.maximum(b_star, 0.0) + 1.0, v.batch_grid, v.step_s)
-        rate[i] = np.where(b_star > 0, d * np.maximum(b_star, 0.0) / (mean_decode_steps * tau), 0.0)
-        batch[i] = np.maximum(b_star, 0.0)
+        rate[i, use] = np.where(b_star > 0, d * np.maximum(b_star, 0.0) / (mean_decode_steps * tau), 0.0)
+        batch[i, use] = np.maximum(b_star, 0.0)
     return rate, batch
