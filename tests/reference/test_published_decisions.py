@@ -36,27 +36,32 @@ Everything here is also computed and compared in docs/accuracy_decisions.md (scr
 from __future__ import annotations
 
 import csv
-import dataclasses
+import importlib.util
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from planner.costs import CostContext, Parallelism, decode_latency_s, prefill_latency_s
+from planner.costs import Parallelism, decode_latency_s, prefill_latency_s
 from planner.engines import find_engine
-from planner.hardware import load_catalog
-from planner.models import load_model_catalog
 from planner.optimize.chunked import ChunkedSearch, aggregated_option, plan_chunked
 from planner.optimize.disaggregated import (
-    DisaggregatedPlan,
     DisaggregatedSearch,
     PoolCandidate,
     plan_disaggregated,
 )
 from planner.serving.evaluate import evaluate
-from planner.serving.types import AggregatedDeployment, Evaluation, ServingProblem, Slo
+from planner.serving.types import Evaluation, ServingProblem, Slo
 from planner.serving.workload import Arrival, Workload, fixed_length, lognormal_lengths
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("plan_decisions", ROOT / "scripts" / "plan_decisions.py")
+assert _spec is not None and _spec.loader is not None
+D = importlib.util.module_from_spec(_spec)
+sys.modules["plan_decisions"] = D
+_spec.loader.exec_module(D)
 
 ENGINE = "vllm"
 
@@ -129,8 +134,8 @@ def rows(shared_dir: Path) -> dict[str, dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def catalogs() -> tuple[Any, Any]:
-    return load_catalog(), load_model_catalog()
+def catalogs() -> Any:
+    return D.catalogs()
 
 
 def _value(rows: Mapping[str, Mapping[str, str]], row_id: str) -> float:
@@ -143,95 +148,31 @@ def _workload(prompts: Any, outputs: Any) -> Workload:
     )
 
 
-def _problem(
-    catalogs: tuple[Any, Any],
-    *,
-    model: str,
-    gpu: str,
-    tp: int,
-    workload: Workload,
-    chunked: bool = True,
-    token_budget: int = 8192,
-    max_batch_size: int = 256,
-) -> ServingProblem:
-    gpus, models = catalogs
-    dep = AggregatedDeployment(
-        gpu=gpus[gpu],
-        parallelism=Parallelism(tp=tp),
-        chunked_prefill=chunked,
-        token_budget=token_budget,
-        max_batch_size=max_batch_size,
-    )
-    return ServingProblem(
-        model=models.get(model),
-        engine=find_engine(ENGINE),
-        weight_dtype="fp16",
-        kv_dtype="fp16",
-        deployment=dep,
-        workload=workload,
-    )
-
-
-def _at_rate(problem: ServingProblem, rate_per_s: float) -> ServingProblem:
-    return dataclasses.replace(
-        problem,
-        workload=dataclasses.replace(
-            problem.workload, arrival=Arrival(kind="poisson", rate_per_s=rate_per_s)
-        ),
-    )
+# the problem builders are the report script's (scripts/plan_decisions.py), so both cost the same problems
+_problem = D.aggregated_problem
+_at_rate = D.at_rate
 
 
 # ------------------------------------------------------------------------------------------------ DistServe
 
 
-def _ds_slo(ttft_s: float, tpot_s: float) -> Slo:
-    return Slo(ttft_s=ttft_s, ttft_percentile=DS_PERCENTILE, itl_s=tpot_s, itl_percentile=DS_PERCENTILE)
+_ds_slo = D.distserve_slo
+_ds_split = D.distserve_split
 
 
-def _ds_problem(catalogs: tuple[Any, Any]) -> ServingProblem:
+def _ds_problem(catalogs: Any) -> ServingProblem:
     """DistServe's colocated baseline: vLLM without chunked prefill, one A100."""
-    return _problem(
-        catalogs,
-        model=DS_MODEL,
-        gpu=DS_GPU,
-        tp=1,
-        chunked=False,
-        workload=_workload(fixed_length(DS_PROMPT), fixed_length(DS_OUTPUT)),
-    )
-
-
-def _ds_split(catalogs: tuple[Any, Any], slo: Slo, total_gpus: int) -> DisaggregatedPlan:
-    cand = PoolCandidate(gpu=catalogs[0][DS_GPU], parallelism=Parallelism(tp=1))
-    return plan_disaggregated(
-        DisaggregatedSearch(
-            problem=_ds_problem(catalogs),
-            slo=slo,
-            prefill_candidates=(cand,),
-            decode_candidates=(cand,),
-            total_gpus=total_gpus,
-        )
-    )
+    return D.distserve_problem(catalogs, False)
 
 
 def _tpot_goodput_per_s(problem: ServingProblem, ttft_s: float, tpot_s: float) -> float:
     """Largest rate with P90 TTFT and P90 TPOT (per request, ``evaluate``'s) within target: DistServe's
     metric."""
-
-    def ok(rate: float) -> bool:
-        ev = evaluate(_at_rate(problem, rate))
-        return ev.feasible and ev.ttft_s.p90 <= ttft_s and ev.tpot_s.p90 <= tpot_s
-
-    lo, hi = 0.0, 1.0
-    while ok(hi):
-        lo, hi = hi, 2.0 * hi
-    for _ in range(20):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
+    return D.tpot_goodput_per_s(problem, ttft_s, tpot_s, halvings=20)
 
 
 @pytest.fixture(scope="module")
-def distserve_fig1(catalogs: tuple[Any, Any]) -> dict[str, Any]:
+def distserve_fig1(catalogs: Any) -> dict[str, Any]:
     slo = _ds_slo(DS_TTFT_S, DS_TPOT_S)
     pair = _ds_split(catalogs, slo, 2)
     assert pair.prefill is not None and pair.decode is not None
@@ -278,7 +219,7 @@ def test_fig1_decode_phase_serves_about_twice_the_prefill_phase(
 
 @pytest.mark.parametrize(("ttft_s", "tpot_s"), DS_GRID)
 def test_fig1_direction_holds_around_the_stated_slo(
-    catalogs: tuple[Any, Any], ttft_s: float, tpot_s: float
+    catalogs: Any, ttft_s: float, tpot_s: float
 ) -> None:
     slo = _ds_slo(ttft_s, tpot_s)
     split = _ds_split(catalogs, slo, 3)
@@ -312,7 +253,7 @@ def test_fig1_goodputs(rows: dict[str, dict[str, str]], distserve_fig1: dict[str
 
 
 def _ss_problem(
-    catalogs: tuple[Any, Any],
+    catalogs: Any,
     name: str,
     dataset: str,
     *,
@@ -352,7 +293,7 @@ def _ss_itl_s(rows: Mapping[str, Mapping[str, str]], name: str, slo_name: str) -
 
 @pytest.fixture(scope="module")
 def sarathi_fig12(
-    rows: dict[str, dict[str, str]], catalogs: tuple[Any, Any]
+    rows: dict[str, dict[str, str]], catalogs: Any
 ) -> dict[tuple[str, str, str], dict]:
     """Per (model, dataset, SLO): capacity [req/s] at budgets 512 and 2048, of vLLM, and the search's pick."""
     out = {}
@@ -416,7 +357,7 @@ def test_sec5_capacity_gain_over_vllm(
 
 
 @pytest.fixture(scope="module")
-def sarathi_table4(catalogs: tuple[Any, Any]) -> dict[tuple[str, str], Evaluation]:
+def sarathi_table4(catalogs: Any) -> dict[tuple[str, str], Evaluation]:
     """Yi-34B TP2 at Table 4's rates: 'combined' = chunked prefill at budget 1024 (the caption); 'hybrid' = a
     whole prompt per iteration with the decodes (budget = the trace's length filter)."""
     out = {}
@@ -468,9 +409,10 @@ def test_table4_hybrid_batching_alone_stalls_the_streams(sarathi_table4: dict, d
             marks=pytest.mark.xfail(
                 strict=True,
                 reason=(
-                    "known miss: Sarathi-Serve measured the lower P50 TTFT with hybrid batching alone (0.53 vs "
-                    "0.76 s); the planner has 0.553 vs 0.508 s: its 1024-token chunks cost ~8 % over one pass and "
-                    "a whole-prompt iteration is charged the next prompt's tokens when another prompt waits"
+                    "known miss: Sarathi-Serve measured the lower P50 TTFT with hybrid batching alone "
+                    "(0.53 vs 0.76 s); the planner has 0.553 vs 0.508 s: its 1024-token chunks cost ~8 % "
+                    "over one pass and a whole-prompt iteration is charged the next prompt's tokens when another "
+                    "prompt waits"
                 ),
             ),
         ),
@@ -484,20 +426,11 @@ def test_table4_hybrid_batching_alone_has_the_lower_ttft(sarathi_table4: dict, d
 # ------------------------------------------------------------------------------------------------ Splitwise
 
 
-def _sw_context(catalogs: tuple[Any, Any], gpu: str) -> CostContext:
-    gpus, models = catalogs
-    return CostContext(
-        model=models.get(SW_MODEL),
-        gpu=gpus[SW_GPUS[gpu]],
-        engine=find_engine(ENGINE),
-        weight_dtype="fp16",
-        kv_dtype="fp16",
-        parallelism=Parallelism(tp=SW_TP),
-    )
+_sw_context = D.splitwise_context
 
 
 @pytest.fixture(scope="module")
-def splitwise_table_iv(catalogs: tuple[Any, Any]) -> dict[str, dict[str, float]]:
+def splitwise_table_iv(catalogs: Any) -> dict[str, dict[str, float]]:
     """Per trace: the prefill pass of the median prompt and decode steps at batch 1 and 64 (context prompt +
     output / 2) on A100 and H100 [s]."""
     out = {}
@@ -550,14 +483,14 @@ def test_table_iv_phase_speedups(
 @pytest.mark.parametrize("rate_per_s", [10.0, 70.0])
 def test_cost_optimal_prompt_pool_is_h100(
     rows: dict[str, dict[str, str]],
-    catalogs: tuple[Any, Any],
+    catalogs: Any,
     splitwise_table_iv: dict,
     trace: str,
     rate_per_s: float,
 ) -> None:
     """At catalog prices (H100 1.43x an A100 per GPU-hour) the prompt pool goes to H100. The token pool's
     choice is not asserted: it is A100 in most runs but not all (docs/accuracy_decisions.md)."""
-    gpus, _ = catalogs
+    gpus = catalogs.gpus
     prompt, output = SW_TRACES[trace]
     t = splitwise_table_iv[trace]
     # Table VI, P99 pair: TTFT 6x and TBT 5x an uncontended A100 request (the planner's own)
