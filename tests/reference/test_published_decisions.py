@@ -411,8 +411,8 @@ def test_table4_hybrid_batching_alone_stalls_the_streams(sarathi_table4: dict, d
                 reason=(
                     "known miss: Sarathi-Serve measured the lower P50 TTFT with hybrid batching alone "
                     "(0.53 vs 0.76 s); the planner has 0.553 vs 0.508 s: its 1024-token chunks cost ~8 % "
-                    "over one pass and a whole-prompt iteration is charged the next prompt's tokens when another "
-                    "prompt waits"
+                    "over one pass and a whole-prompt iteration is charged the next prompt's tokens when "
+                    "another prompt waits"
                 ),
             ),
         ),
