@@ -54,7 +54,7 @@ from planner.optimize.disaggregated import (
 )
 from planner.serving.evaluate import evaluate
 from planner.serving.types import Evaluation, ServingProblem, Slo
-from planner.serving.workload import Arrival, Workload, fixed_length, lognormal_lengths
+from planner.serving.workload import Arrival, Workload, fixed_length
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("plan_decisions", ROOT / "scripts" / "plan_decisions.py")
@@ -252,31 +252,7 @@ def test_fig1_goodputs(rows: dict[str, dict[str, str]], distserve_fig1: dict[str
 # --------------------------------------------------------------------------------------------- Sarathi-Serve
 
 
-def _ss_problem(
-    catalogs: Any,
-    name: str,
-    dataset: str,
-    *,
-    chunked: bool = True,
-    token_budget: int = 8192,
-    max_batch_size: int = 128,
-) -> ServingProblem:
-    model, tp, _ = SS_MODELS[name]
-    p_med, p_90, o_med, o_90, cap = SS_TABLE2[dataset]
-    wl = _workload(
-        lognormal_lengths(median=p_med, p90=p_90, max_tokens=cap - o_med),
-        lognormal_lengths(median=o_med, p90=o_90),
-    )
-    return _problem(
-        catalogs,
-        model=model,
-        gpu=SS_GPU,
-        tp=tp,
-        workload=wl,
-        chunked=chunked,
-        token_budget=token_budget,
-        max_batch_size=max_batch_size,
-    )
+_ss_problem = D.sarathi_problem  # Table 2 lengths as lognormals, the script's (same figures as SS_TABLE2)
 
 
 def _ss_slo(itl_s: float) -> Slo:
