@@ -66,14 +66,12 @@ class _Tables:
         nb = self.batch.shape[1]
         if self.shared_grid:  # one model: every row has the same grid
             grid = self.batch[0]
-            i0 = np.clip(np.searchsorted(grid, b, side="right") - 1, 0, nb - 2)
+            i0 = np.minimum(np.maximum(np.searchsorted(grid, b, side="right") - 1, 0), nb - 2)
             g0, g1 = grid[i0], grid[i0 + 1]
         else:
-            rows = self.batch[k]  # (..., nb)
-            i0 = np.clip(np.sum(b[..., None] >= rows, axis=-1) - 1, 0, nb - 2)
-            g0 = np.take_along_axis(rows, i0[..., None], axis=-1)[..., 0]
-            g1 = np.take_along_axis(rows, i0[..., None] + 1, axis=-1)[..., 0]
-        return i0, np.clip((b - g0) / np.maximum(g1 - g0, 1e-12), 0.0, 1.0)
+            i0 = np.minimum(np.maximum(np.sum(b[..., None] >= self.batch[k], axis=-1) - 1, 0), nb - 2)
+            g0, g1 = self.batch[k, i0], self.batch[k, i0 + 1]
+        return i0, np.minimum(np.maximum((b - g0) / np.maximum(g1 - g0, 1e-12), 0.0), 1.0)
 
     def decode(self, b: FloatArray, budget: NDArray[np.intp] | int = 0) -> FloatArray:
         """Decode-only iteration time at batch ``b`` in the rows ``budget`` (leading axes of ``b``)."""
@@ -83,23 +81,34 @@ class _Tables:
         i0, a = self._locate(b, k)
         return self.mixed_s[k, i0, 0] * (1.0 - a) + self.mixed_s[k, i0 + 1, 0] * a
 
-    def mixed(self, b: FloatArray, chunk_tokens: FloatArray, budget: NDArray[np.intp] | int = 0) -> FloatArray:
-        """Iteration time with decode batch ``b`` (shape (n, 1)) and ``chunk_tokens`` prefill tokens (n, k),
-        under the token budget of index ``budget`` (shape (n,) or a scalar): linear in the batch between grid
-        rows, piecewise linear in the chunk fraction."""
-        b = np.asarray(b, dtype=np.float64)[..., 0]
+    def segments(self, b: FloatArray, budget: NDArray[np.intp] | int = 0) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """The iteration time as a function of the chunk tokens at decode batch ``b`` (shape (n,)), per row:
+        (value at each chunk-fraction segment's start (n, nf − 1), slope along it, 1 / chunk budget (n, 1)).
+        Linear in the batch between grid rows, piecewise linear in the chunk fraction."""
+        b = np.asarray(b, dtype=np.float64)
         k = np.broadcast_to(np.asarray(budget, dtype=np.intp), b.shape)
         r0, a = self._locate(b, k)
         a = a[:, None]
         rows = self.mixed_s[k, r0] * (1.0 - a) + self.mixed_s[k, r0 + 1] * a  # (n, nf)
-        c_left = (self.budget_left[k, r0] * (1.0 - a[:, 0]) + self.budget_left[k, r0 + 1] * a[:, 0])[:, None]
-        frac = np.clip(np.asarray(chunk_tokens) / np.maximum(c_left, 1.0), 0.0, 1.0)
-        j = np.clip(np.searchsorted(CHUNK_FRACTIONS, frac, side="right") - 1, 0, len(CHUNK_FRACTIONS) - 2)
-        # per row: the value at each segment's start and the slope along it
+        c_left = self.budget_left[k, r0] * (1.0 - a[:, 0]) + self.budget_left[k, r0 + 1] * a[:, 0]
         slope = np.diff(rows, axis=1) / np.diff(CHUNK_FRACTIONS)
         offset = rows[:, :-1] - slope * CHUNK_FRACTIONS[:-1]
-        flat = j + (np.arange(rows.shape[0]) * (rows.shape[1] - 1))[:, None]
-        return offset.ravel()[flat] + slope.ravel()[flat] * frac
+        return offset, slope, (1.0 / np.maximum(c_left, 1.0))[:, None]
+
+    @staticmethod
+    def at_segments(seg: tuple[FloatArray, FloatArray, FloatArray], chunk_tokens: FloatArray) -> FloatArray:
+        """Iteration time of ``chunk_tokens`` (n, k) prefill tokens on the rows of :meth:`segments`."""
+        offset, slope, inv_c = seg
+        frac = np.minimum(np.asarray(chunk_tokens) * inv_c, 1.0)  # chunk tokens are never negative
+        # the segment of each fraction: searching the inner breakpoints gives 0 … nf − 2 for frac in [0, 1]
+        j = np.searchsorted(CHUNK_FRACTIONS[1:-1], frac, side="right")
+        j += (np.arange(offset.shape[0]) * offset.shape[1])[:, None]
+        return offset.ravel()[j] + slope.ravel()[j] * frac
+
+    def mixed(self, b: FloatArray, chunk_tokens: FloatArray, budget: NDArray[np.intp] | int = 0) -> FloatArray:
+        """Iteration time with decode batch ``b`` (shape (n, 1)) and ``chunk_tokens`` prefill tokens (n, k),
+        under the token budget of index ``budget`` (shape (n,) or a scalar)."""
+        return self.at_segments(self.segments(np.asarray(b, dtype=np.float64)[..., 0], budget), chunk_tokens)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,23 +288,26 @@ class AggregatedModel:
         c_left = np.maximum(self.budgets[k_idx] - seen, 1.0)[:, None]
         n_chunks = np.ceil(lp / c_left)
         last = lp - (n_chunks - 1.0) * c_left
+        # the iteration time against the chunk tokens at this batch, the same in every pass of the loop below
+        seg = tb.segments(seen, k_idx)
         # a full chunk is the whole budget left, whatever the prompt: one column, broadcast
-        t_full = np.broadcast_to(tb.mixed(seen[:, None], c_left, k_idx), n_chunks.shape)
+        t_full = np.broadcast_to(tb.at_segments(seg, c_left), n_chunks.shape)
         tau_d = tb.decode(seen, k_idx)
-        iters_per_req = np.sum(w * n_chunks, axis=1)
+        wv = self.in_weights  # the weighted sums over prompt points below are matrix–vector products
+        iters_per_req = n_chunks @ wv
         # the parts of the per-iteration sums that do not move with u
-        full_share = np.sum(w * (n_chunks - 1.0), axis=1)
+        full_share = iters_per_req - float(np.sum(wv))
         spare = np.minimum(c_left - last, self.mean_prompt_compute)
-        base_tokens = full_share * c_left[:, 0] + np.sum(w * last, axis=1)
-        spare_tokens = np.sum(w * spare, axis=1)
+        base_tokens = full_share * c_left[:, 0] + last @ wv
+        spare_tokens = spare @ wv
         u = np.zeros_like(b)
         for _ in range(3):
             # with another prompt waiting (probability ≈ u) the last chunk's spare budget takes its tokens
             u_top = np.minimum(u, MAX_UTILIZATION)
             last_topped = last + u_top[:, None] * spare
-            t_last = tb.mixed(seen[:, None], last_topped, k_idx)
+            t_last = tb.at_segments(seg, last_topped)
             tokens_per_iter = (base_tokens + u_top * spare_tokens) / iters_per_req
-            tau_m = (full_share * t_full[:, 0] + np.sum(w * t_last, axis=1)) / iters_per_req
+            tau_m = (full_share * t_full[:, 0] + t_last @ wv) / iters_per_req
             k = self.mean_prompt_compute / tokens_per_iter  # mixed iterations per request
             if rate_per_s is None:
                 if steps > 0:

@@ -7,7 +7,7 @@ SLO that something meets), not an error.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, fields, is_dataclass
 from typing import Any
 
 from fastapi import APIRouter
@@ -90,6 +90,17 @@ def _slo(body: Any) -> Slo:
     if slo.ttft_s is None and slo.itl_s is None:
         raise InvalidInput("give at least one of slo.ttft_s and slo.itl_s", field="slo")
     return slo
+
+
+def _fields_of(obj: Any, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``asdict(obj)`` without the fields in ``exclude``, which are never converted (``asdict`` would copy
+    a configuration's whole evaluation before it is dropped)."""
+    out = {}
+    for f in fields(obj):
+        if f.name not in exclude:
+            v = getattr(obj, f.name)
+            out[f.name] = asdict(v) if is_dataclass(v) and not isinstance(v, type) else v
+    return out
 
 
 def _slo_out(slo: Slo | None) -> dict[str, Any] | None:
@@ -292,7 +303,7 @@ def plan_deployment(body: PlanRequest, catalogs: CatalogsDep) -> PlanResponse:
     notes = inherited_efficiency_notes(gpus)
     configs = []
     for rank, cfg in enumerate(result.configurations, start=1):
-        row = {k: v for k, v in asdict(cfg).items() if k not in ("evaluation", "score")}
+        row = _fields_of(cfg, exclude=("evaluation", "score"))
         for key in ("parallelism", "prefill_parallelism", "decode_parallelism"):
             par = getattr(cfg, key)
             row[key] = None if par is None else parallelism_out(par)
