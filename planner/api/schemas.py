@@ -65,6 +65,36 @@ class ParallelismIn(BaseModel):
     ep: EpDegree = 1
 
 
+class CalibrationIn(BaseModel):
+    """A calibration profile (what ``POST /v1/calibrate`` returns as ``calibration``): corrections to the
+    catalog's GPU and engine efficiencies, applied to every GPU of the request. Scales multiply the catalog's
+    fitted fractions (1 = unchanged; fractions are capped at the datasheet peak); overheads replace the
+    engine's when given."""
+
+    model_config = _REQUEST
+
+    gemm_efficiency_scale: float = Field(
+        1.0, ge=0.25, le=4.0, allow_inf_nan=False,
+        description="Multiplies the fraction of tensor peak a large GEMM reaches [×]")
+    gemm_k_half_scale: float = Field(
+        1.0, ge=0.25, le=4.0, allow_inf_nan=False,
+        description="Multiplies the reduction depth at which a GEMM reaches half its efficiency: the shape of "
+                    "the GEMM efficiency curve [×]")
+    memory_efficiency_scale: float = Field(
+        1.0, ge=0.25, le=4.0, allow_inf_nan=False,
+        description="Multiplies the achieved fraction of HBM bandwidth (streaming kernels, decode attention) [×]")
+    collective_efficiency_scale: float = Field(
+        1.0, ge=0.25, le=4.0, allow_inf_nan=False,
+        description="Multiplies the achieved link-bandwidth fraction of collectives and divides their latency [×]")
+    step_overhead_s: float | None = Field(
+        None, ge=0.0, le=0.1, allow_inf_nan=False,
+        description="Host time of one scheduler iteration [s]; null keeps the engine's")
+    request_overhead_s: float | None = Field(
+        None, ge=0.0, le=2.0, allow_inf_nan=False,
+        description="Front-end time of one request (HTTP, tokenization, admission) [s]; null keeps the engine's")
+    fitted_on: str = Field("", max_length=2000, description="What the profile was fitted on (free text)")
+
+
 class ModelChoice(BaseModel):
     """What runs, without where: a catalog model or an inline config, the engine and the dtypes.
 
@@ -81,6 +111,8 @@ class ModelChoice(BaseModel):
     engine: EngineId = "vllm"
     weight_dtype: Dtype | None = Field(None, description="Default: the model's native dtype, else bf16")
     kv_dtype: Dtype | None = Field(None, description="Default: follows the weights (bf16 for 4-bit)")
+    calibration: CalibrationIn | None = Field(
+        None, description="A calibration profile from POST /v1/calibrate, applied to the catalog's GPUs and engine")
 
     @model_validator(mode="after")
     def _exactly_one_model(self) -> ModelChoice:
@@ -106,6 +138,8 @@ class EstimateRequest(BaseModel):
     weight_dtype: Dtype | None = Field(None, description="Default: the model's native dtype, else bf16")
     kv_dtype: Dtype | None = Field(None, description="Default: follows the weights (bf16 for 4-bit)")
     parallelism: ParallelismIn = Field(default_factory=ParallelismIn)
+    calibration: CalibrationIn | None = Field(
+        None, description="A calibration profile from POST /v1/calibrate, applied to the catalog's GPU and engine")
 
     @model_validator(mode="after")
     def _exactly_one_model(self) -> EstimateRequest:

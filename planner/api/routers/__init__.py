@@ -1,5 +1,5 @@
 """One router per OpenAPI tag; ``ROUTERS`` is what the app mounts under ``/v1``."""
 
-from planner.api.routers import estimate, evaluate, gpus, models, plan
+from planner.api.routers import diagnose, estimate, evaluate, gpus, models, plan, timeline
 
-ROUTERS = (gpus.router, models.router, estimate.router, evaluate.router, plan.router)
+ROUTERS = (gpus.router, models.router, estimate.router, evaluate.router, plan.router, timeline.router, diagnose.router)

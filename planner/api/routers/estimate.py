@@ -22,6 +22,7 @@ from planner.api.schemas import (
     PrefillResponse,
 )
 from planner.costs import CostContext, EngineProfile, Parallelism, PassCost, decode_cost, prefill_cost
+from planner.diagnose.profile import CalibrationProfile, calibrated_engine, calibrated_gpu
 from planner.errors import RequestTooLarge, UnsupportedConfiguration, UnsupportedModel
 from planner.hardware import find_gpu
 from planner.models import ModelArchitecture, from_hf_config
@@ -59,10 +60,16 @@ def resolve_model(body: ModelFields, catalogs: Catalogs) -> ModelArchitecture:
     return catalogs.models.get(body.model)
 
 
-def resolve_engine(engine_id: str, catalogs: Catalogs) -> EngineProfile:
+def calibration_of(body: Any) -> CalibrationProfile | None:
+    """The request's inline calibration profile (its ``calibration`` field), if any."""
+    cal = getattr(body, "calibration", None)
+    return None if cal is None else CalibrationProfile(**cal.model_dump())
+
+
+def resolve_engine(engine_id: str, catalogs: Catalogs, profile: CalibrationProfile | None = None) -> EngineProfile:
     if engine_id not in catalogs.engines:
         raise UnsupportedConfiguration(f"no profile for engine {engine_id!r}", field="engine")
-    return catalogs.engines[engine_id]
+    return calibrated_engine(catalogs.engines[engine_id], profile)
 
 
 def resolve_dtypes(
@@ -81,8 +88,9 @@ def build_context(body: EstimateRequest, catalogs: Catalogs) -> CostContext:
     weights (``ModelArchitecture.default_kv_dtype``).
     """
     arch = resolve_model(body, catalogs)
-    gpu = find_gpu(catalogs.gpus, body.gpu)
-    engine = resolve_engine(body.engine, catalogs)
+    profile = calibration_of(body)
+    gpu = calibrated_gpu(find_gpu(catalogs.gpus, body.gpu), profile)
+    engine = resolve_engine(body.engine, catalogs, profile)
     weight_dtype, kv_dtype = resolve_dtypes(arch, body.weight_dtype, body.kv_dtype)
     ctx = CostContext(
         model=arch,

@@ -11,7 +11,7 @@ from fastapi import APIRouter
 
 from planner.api.catalogs import Catalogs, CatalogsDep
 from planner.api.problems import problem_responses
-from planner.api.routers.estimate import resolve_dtypes, resolve_engine, resolve_model
+from planner.api.routers.estimate import calibration_of, resolve_dtypes, resolve_engine, resolve_model
 from planner.api.schemas import MAX_SAMPLES, MAX_TOKENS, ParallelismIn, ParallelismOut
 from planner.api.serving_schemas import (
     AggregatedDeploymentIn,
@@ -35,6 +35,7 @@ from planner.api.serving_schemas import (
     WorkloadOut,
 )
 from planner.costs import Parallelism
+from planner.diagnose.profile import CalibrationProfile, calibrated_gpu
 from planner.errors import InvalidInput, RequestTooLarge, UnknownGpu
 from planner.hardware import GpuSpec, find_gpu
 from planner.serving.disaggregated import choose_link
@@ -79,9 +80,10 @@ def _at(field: str, build: Callable[[], _T]) -> _T:
         raise InvalidInput(exc.detail, **(exc.extra | {"field": path})) from exc
 
 
-def resolve_gpu(catalogs: Catalogs, gpu_id: str, field: str) -> GpuSpec:
+def resolve_gpu(catalogs: Catalogs, gpu_id: str, field: str, profile: CalibrationProfile | None = None) -> GpuSpec:
+    """The catalog GPU ``gpu_id`` (404 naming ``field`` when unknown), with ``profile`` applied."""
     try:
-        return find_gpu(catalogs.gpus, gpu_id)
+        return calibrated_gpu(find_gpu(catalogs.gpus, gpu_id), profile)
     except UnknownGpu as exc:
         raise UnknownGpu(exc.detail, **(exc.extra | {"field": field})) from exc
 
@@ -155,11 +157,12 @@ def build_deployment(
     catalogs: Catalogs,
     workload: Workload,
     notes: list[str],
+    profile: CalibrationProfile | None = None,
 ) -> AggregatedDeployment | DisaggregatedDeployment:
     """The core's deployment, with the engine's scheduler defaults filled in (explained in ``notes``)."""
     if isinstance(body, AggregatedDeploymentIn):
         return AggregatedDeployment(
-            gpu=resolve_gpu(catalogs, body.gpu, "deployment.gpu"),
+            gpu=resolve_gpu(catalogs, body.gpu, "deployment.gpu", profile),
             parallelism=build_parallelism(body.parallelism),
             replicas=body.replicas,
             max_batch_size=body.max_batch_size or DEFAULT_MAX_BATCH_SIZE,
@@ -169,7 +172,7 @@ def build_deployment(
 
     def pool(spec: PoolIn, name: str) -> PoolSpec:
         return PoolSpec(
-            gpu=resolve_gpu(catalogs, spec.gpu, f"deployment.{name}.gpu"),
+            gpu=resolve_gpu(catalogs, spec.gpu, f"deployment.{name}.gpu", profile),
             parallelism=build_parallelism(spec.parallelism),
             workers=spec.workers,
             max_batch_size=spec.max_batch_size or DEFAULT_MAX_BATCH_SIZE,
@@ -183,7 +186,7 @@ def build_deployment(
     )
 
 
-def _scheduler_defaults_note(body: EvaluateRequest) -> list[str]:
+def scheduler_defaults_note(body: EvaluateRequest) -> list[str]:
     """For engines other than vLLM the omitted scheduler limits still take vLLM's values: say so."""
     if body.engine == "vllm":
         return []
@@ -198,7 +201,7 @@ def _scheduler_defaults_note(body: EvaluateRequest) -> list[str]:
     ]
 
 
-def _build_slo(body: SloIn | None) -> Slo | None:
+def build_slo(body: SloIn | None) -> Slo | None:
     if body is None:
         return None
     return Slo(**body.model_dump())
@@ -217,7 +220,11 @@ def parallelism_out(par: Parallelism) -> ParallelismOut:
     return ParallelismOut(tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, num_gpus=par.num_gpus)
 
 
-def _deployment_echo(dep: AggregatedDeployment | DisaggregatedDeployment) -> dict[str, Any]:
+def deployment_echo(
+    dep: AggregatedDeployment | DisaggregatedDeployment, resolved_link: str | None = None
+) -> dict[str, Any]:
+    """The deployment as answered (defaults filled in); ``resolved_link``: the KV link used (default: the
+    one ``evaluate`` chooses)."""
     if isinstance(dep, AggregatedDeployment):
         return AggregatedDeploymentOut(
             mode="aggregated",
@@ -242,7 +249,7 @@ def _deployment_echo(dep: AggregatedDeployment | DisaggregatedDeployment) -> dic
         mode="disaggregated",
         prefill=pool(dep.prefill),
         decode=pool(dep.decode),
-        kv_transfer=KvTransferEcho(link=dep.kv_link, resolved_link=choose_link(dep).link),
+        kv_transfer=KvTransferEcho(link=dep.kv_link, resolved_link=resolved_link or choose_link(dep).link),
     ).model_dump()
 
 
@@ -286,12 +293,13 @@ def evaluate_deployment(body: EvaluateRequest, catalogs: CatalogsDep) -> Evaluat
     An overloaded deployment is an answer (``feasible: false``), not an error.
     """
     arch = resolve_model(body, catalogs)
-    engine = resolve_engine(body.engine, catalogs)
+    profile = calibration_of(body)
+    engine = resolve_engine(body.engine, catalogs, profile)
     weight_dtype, kv_dtype = resolve_dtypes(arch, body.weight_dtype, body.kv_dtype)
     workload = build_workload(body.workload)
-    notes = _scheduler_defaults_note(body)
-    deployment = build_deployment(body.deployment, catalogs, workload, notes)
-    slo = _build_slo(body.slo)
+    notes = scheduler_defaults_note(body)
+    deployment = build_deployment(body.deployment, catalogs, workload, notes, profile)
+    slo = build_slo(body.slo)
     evaluation = evaluate(
         ServingProblem(
             model=arch,
@@ -317,7 +325,7 @@ def evaluate_deployment(body: EvaluateRequest, catalogs: CatalogsDep) -> Evaluat
             "engine": engine.id,
             "weight_dtype": weight_dtype,
             "kv_dtype": kv_dtype,
-            "deployment": _deployment_echo(deployment),
+            "deployment": deployment_echo(deployment),
             "workload": _workload_echo(workload),
             "slo": None if slo is None else SloOut.model_validate(asdict(slo)),
             "mode": "aggregated" if isinstance(deployment, AggregatedDeployment) else "disaggregated",

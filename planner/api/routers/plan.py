@@ -24,7 +24,7 @@ from planner.api.plan_schemas import (
     PlanWorkloadIn,
 )
 from planner.api.problems import problem_responses
-from planner.api.routers.estimate import resolve_dtypes, resolve_engine, resolve_model
+from planner.api.routers.estimate import calibration_of, resolve_dtypes, resolve_engine, resolve_model
 from planner.api.routers.evaluate import (
     DEFAULT_MAX_BATCH_SIZE,
     build_lengths,
@@ -120,7 +120,7 @@ def _problem(
 ) -> ServingProblem:
     """The shared fields resolved; ``deployment`` is where the search starts (it replaces it)."""
     arch = resolve_model(body, catalogs)
-    engine = resolve_engine(body.engine, catalogs)
+    engine = resolve_engine(body.engine, catalogs, calibration_of(body))
     weight_dtype, kv_dtype = resolve_dtypes(arch, body.weight_dtype, body.kv_dtype)
     return ServingProblem(
         model=arch,
@@ -138,7 +138,7 @@ def plan_chunk_budget(body: PlanChunkedRequest, catalogs: CatalogsDep) -> PlanCh
     give the lowest TTFT within it), with the whole budget → TTFT, ITL, throughput, chunk-overhead curve."""
     workload, arrival_rate, cv = _workload(body.workload)
     target = _target(body.target_rate_per_s, arrival_rate)
-    gpu = resolve_gpu(catalogs, body.gpu, "gpu")
+    gpu = resolve_gpu(catalogs, body.gpu, "gpu", calibration_of(body))
     dep = AggregatedDeployment(
         gpu=gpu, parallelism=build_parallelism(body.parallelism), replicas=body.replicas
     )
@@ -178,9 +178,10 @@ def plan_chunk_budget(body: PlanChunkedRequest, catalogs: CatalogsDep) -> PlanCh
 
 
 def _candidates(
-    catalogs: Catalogs, ids: list[str], tps: list[int], field: str, max_batch: int | None
+    catalogs: Catalogs, ids: list[str], tps: list[int], field: str, max_batch: int | None, body: Any
 ) -> tuple[PoolCandidate, ...]:
-    gpus: list[GpuSpec] = [resolve_gpu(catalogs, g, f"{field}.gpus") for g in dict.fromkeys(ids)]
+    profile = calibration_of(body)
+    gpus: list[GpuSpec] = [resolve_gpu(catalogs, g, f"{field}.gpus", profile) for g in dict.fromkeys(ids)]
     return tuple(
         PoolCandidate(
             gpu=g, parallelism=Parallelism(tp=tp), max_batch_size=max_batch or DEFAULT_MAX_BATCH_SIZE
@@ -209,6 +210,7 @@ def plan_pool_split(body: PlanDisaggregatedRequest, catalogs: CatalogsDep) -> Pl
         body.prefill.tensor_parallel or body.tensor_parallel,
         "prefill",
         body.prefill.max_batch_size,
+        body,
     )
     dec = _candidates(
         catalogs,
@@ -216,6 +218,7 @@ def plan_pool_split(body: PlanDisaggregatedRequest, catalogs: CatalogsDep) -> Pl
         body.decode.tensor_parallel or body.tensor_parallel,
         "decode",
         body.decode.max_batch_size,
+        body,
     )
     problem = _problem(body, catalogs, workload, AggregatedDeployment(gpu=pre[0].gpu))
     slo = _slo(body.slo)
@@ -283,7 +286,7 @@ def plan_deployment(body: PlanRequest, catalogs: CatalogsDep) -> PlanResponse:
     second per user, and a recommendation with its reasons."""
     workload, arrival_rate, cv = _workload(body.workload)
     target = _target(body.target_rate_per_s, arrival_rate)
-    gpus = [resolve_gpu(catalogs, g, "gpus") for g in dict.fromkeys(body.gpus)]
+    gpus = [resolve_gpu(catalogs, g, "gpus", calibration_of(body)) for g in dict.fromkeys(body.gpus)]
     problem = _problem(body, catalogs, workload, AggregatedDeployment(gpu=gpus[0]))
     slo = _slo(body.slo)
     result = plan(
