@@ -56,6 +56,23 @@ class CalibrationProfile:
                 and self.step_overhead_s is None and self.request_overhead_s is None)
 
 
+def composed(first: CalibrationProfile | None, then: CalibrationProfile) -> CalibrationProfile:
+    """The profile that applies ``first`` and then ``then`` (scales multiply; ``then``'s overheads win where
+    it sets them): what a fit made on an already calibrated problem means against the catalog."""
+    if first is None:
+        return then
+    return CalibrationProfile(
+        gemm_efficiency_scale=first.gemm_efficiency_scale * then.gemm_efficiency_scale,
+        gemm_k_half_scale=first.gemm_k_half_scale * then.gemm_k_half_scale,
+        memory_efficiency_scale=first.memory_efficiency_scale * then.memory_efficiency_scale,
+        collective_efficiency_scale=first.collective_efficiency_scale * then.collective_efficiency_scale,
+        step_overhead_s=then.step_overhead_s if then.step_overhead_s is not None else first.step_overhead_s,
+        request_overhead_s=(then.request_overhead_s if then.request_overhead_s is not None
+                            else first.request_overhead_s),
+        fitted_on=then.fitted_on,
+    )
+
+
 def calibrated_gpu(gpu: GpuSpec, profile: CalibrationProfile | None) -> GpuSpec:
     """``gpu`` with the profile's GEMM, memory and collective corrections (fractions capped at 1)."""
     if profile is None or profile.is_identity:

@@ -208,3 +208,31 @@ async def test_calibration_out_of_bounds_is_422(client):
     r = await client.post("/v1/estimate/prefill", json=body)
     assert r.status_code == 422
     assert "calibration" in r.text
+
+
+async def test_a_fit_on_top_of_a_given_profile_answers_it_against_the_catalog(client):
+    # decode steps measured on a GPU whose memory runs at 0.8 of the catalog's efficiency
+    truth = {"memory_efficiency_scale": 0.8}
+    samples = []
+    for batch, context in ((1, 1000), (8, 4000), (16, 16000), (64, 2000)):
+        body = {"model": LLAMA_8B, "gpu": "h100-sxm", "batch_size": batch, "context_tokens": context,
+                "calibration": truth}
+        est = await client.post("/v1/estimate/decode", json=body)
+        assert est.status_code == 200, est.text
+        step = est.json()["step_latency_s"]
+        samples.append({"context_tokens": context, "itl_s": step, "batch_size": batch})
+    body = {"model": LLAMA_8B, "deployment": DEPLOYMENT, "workload": WORKLOAD,
+            "measurements": {"decode_by_context": samples}}
+    for start in (None, {"memory_efficiency_scale": 0.5}):
+        r = await client.post("/v1/calibrate", json=body | ({"calibration": start} if start else {}))
+        assert r.status_code == 200, r.text
+        assert r.json()["calibration"]["memory_efficiency_scale"] == pytest.approx(0.8, rel=0.03)
+
+
+async def test_timeline_applies_the_calibration(client):
+    body = {"model": LLAMA_8B, "deployment": DEPLOYMENT,
+            "scenario": {"running_streams": 4, "context_tokens": 2000, "prompt_tokens": 3000}}
+    plain = (await client.post("/v1/timeline", json=body)).json()["timelines"][0]
+    slow = await client.post("/v1/timeline", json=body | {"calibration": {"memory_efficiency_scale": 0.5}})
+    assert slow.status_code == 200, slow.text
+    assert slow.json()["timelines"][0]["decode_only_iteration_s"] > plain["decode_only_iteration_s"]

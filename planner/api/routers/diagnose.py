@@ -33,6 +33,7 @@ from planner.diagnose.measurements import (
     Measurements,
     TtftSample,
 )
+from planner.diagnose.profile import composed
 from planner.diagnose.prometheus import parse_metrics_text
 from planner.diagnose.vllm_bench import measurements_from_bench_result
 from planner.errors import InvalidInput
@@ -143,8 +144,12 @@ def calibrate_profile(body: CalibrateRequest, catalogs: CatalogsDep) -> Calibrat
     what = [f"{len(points)} benchmark point(s)"] if points else []
     what += [f"a {s}" if s != "request body" else "samples in the request" for s in measurements.sources]
     fitted_on = f"{problem.model.id} on {where} with {problem.engine.id}: {', '.join(what)}"
+    start = calibration_of(body)
+    if start is not None:
+        fitted_on += "; fitted on top of the calibration given in the request (the profile answered includes it)"
     result = calibrate(problem, measurements, points, fitted_on=fitted_on)
-    profile = asdict(result.profile)
+    # the fit is relative to the problem it saw, which already carried the request's profile
+    profile = asdict(composed(start, result.profile))
     return CalibrateResponse.model_validate({
         "status": result.status,
         "message": result.message,

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request, Response
 
 from planner.api.catalogs import CatalogsDep
 from planner.api.problems import problem_responses
-from planner.api.routers.estimate import resolve_dtypes, resolve_engine, resolve_model
+from planner.api.routers.estimate import calibration_of, resolve_dtypes, resolve_engine, resolve_model
 from planner.api.routers.evaluate import (
     UNCHUNKED_MIN_TOKEN_BUDGET,
     build_deployment,
@@ -218,7 +218,8 @@ def timeline(body: TimelineRequest, catalogs: CatalogsDep, request: Request, res
     one lane per stream, request and pool).
     """
     arch = resolve_model(body, catalogs)
-    engine = resolve_engine(body.engine, catalogs)
+    profile = calibration_of(body)
+    engine = resolve_engine(body.engine, catalogs, profile)
     weight_dtype, kv_dtype = resolve_dtypes(arch, body.weight_dtype, body.kv_dtype)
     scenario = _scenario(body.scenario)
     # build_deployment reads the workload only for the unchunked default budget, which is set before
@@ -234,7 +235,7 @@ def timeline(body: TimelineRequest, catalogs: CatalogsDep, request: Request, res
     ]
     for path, spec in specs:
         spec_in = _with_unchunked_budget(spec, scenario, notes, path)
-        dep = _located(partial(build_deployment, spec_in, catalogs, workload, notes), body.scenario, path)
+        dep = _located(partial(build_deployment, spec_in, catalogs, workload, notes, profile), body.scenario, path)
         gpus.extend([dep.gpu] if isinstance(dep, AggregatedDeployment) else [dep.prefill.gpu, dep.decode.gpu])
         notes.extend(_one_worker_note(dep, path))
         tl = _located(
