@@ -73,6 +73,12 @@ class RequestTooLarge(PlannerError):
     status = 413
 
 
+class UnsupportedMediaType(PlannerError):
+    slug = "unsupported-media-type"
+    title = "Unsupported Media Type"
+    status = 415
+
+
 class InvalidInput(PlannerError):
     """A value the core cannot use (the API validates first; this is the core's own guard)."""
 

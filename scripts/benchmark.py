@@ -172,6 +172,24 @@ PLAN_BODIES = (
 )
 PLAN_REQUESTS = 40
 
+#: the what-if batch: one CSV of WHATIF_ROWS scenarios, a sweep of rates over three deployments and two
+#: prompt lengths (what a capacity spreadsheet holds), answered as CSV
+WHATIF_ROWS = 600
+WHATIF_REQUESTS = 5
+_WHATIF_HEADER = ("model,deployment.mode,deployment.gpu,deployment.parallelism.tp,workload.input_tokens,"
+                  "workload.output_tokens,workload.arrival.kind,workload.arrival.rate_per_s")
+_WHATIF_CSV = _WHATIF_HEADER + "\n" + "".join(
+    f"{model},aggregated,{gpu},{tp},{isl},300,poisson,{0.5 + 0.1 * (i % 100):.1f}\n"
+    for i, (model, gpu, tp, isl) in enumerate(
+        (m, g, t, n)
+        for m, g, t in (("meta-llama/Llama-3.1-8B", "h100-sxm", 1), ("meta-llama/Llama-3.1-8B", "h200-sxm", 1),
+                        ("meta-llama/Llama-3.1-70B", "h100-sxm", 4))
+        for n in (1000, 4000) for _ in range(WHATIF_ROWS // 6)))
+#: the other issue-5 endpoints, by their request examples
+EXAMPLE_ENDPOINTS = (("/v1/diagnose", "DiagnoseRequest"), ("/v1/calibrate", "CalibrateRequest"),
+                     ("/v1/timeline", "TimelineRequest"))
+EXAMPLE_REQUESTS = 10
+
 
 async def _api_benchmarks(requests: int) -> list[Result]:
     import httpx
@@ -188,39 +206,42 @@ async def _api_benchmarks(requests: int) -> list[Result]:
     results = []
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://planner.bench") as client:
-        for path, body in bodies.items():
-            for _ in range(5):  # warm-up: catalogs load on first use
-                (await client.post(path, json=body)).raise_for_status()
-            timings = np.empty(requests)
-            for i in range(requests):
-                start = time.perf_counter()
-                response = await client.post(path, json=body)
-                timings[i] = time.perf_counter() - start
-                response.raise_for_status()
-            name = f"POST {path} · Llama-3.1-70B tp4 h100-sxm (httpx.ASGITransport)"
-            results.append(summarize(name, timings, unit="requests/s"))
-        for label, body in EVALUATE_BODIES.items():
-            for _ in range(5):
-                (await client.post("/v1/evaluate", json=body)).raise_for_status()
-            timings = np.empty(requests)
-            for i in range(requests):
-                start = time.perf_counter()
-                response = await client.post("/v1/evaluate", json=body)
-                timings[i] = time.perf_counter() - start
-                response.raise_for_status()
-            results.append(summarize(f"POST /v1/evaluate · {label} (httpx.ASGITransport)", timings,
-                                     unit="requests/s"))
-        for label, path, plan_bodies in PLAN_BODIES:
-            for body in plan_bodies:
-                (await client.post(path, json=body)).raise_for_status()
-            n = max(PLAN_REQUESTS, len(plan_bodies))
-            timings = np.empty(n)
+
+        async def timed(path: str, requests_: list[dict], n: int, warmup: int = 1) -> np.ndarray:
+            """Wall time of ``n`` POSTs to ``path``, cycling through the keyword sets of ``requests_``
+            (``json=`` or ``content=`` and ``headers=``), after ``warmup`` untimed rounds of them [s]."""
+            for _ in range(warmup):  # catalogs load on first use
+                for kwargs in requests_:
+                    (await client.post(path, **kwargs)).raise_for_status()
+            out = np.empty(n)
             for i in range(n):
                 start = time.perf_counter()
-                response = await client.post(path, json=plan_bodies[i % len(plan_bodies)])
-                timings[i] = time.perf_counter() - start
+                response = await client.post(path, **requests_[i % len(requests_)])
+                out[i] = time.perf_counter() - start
                 response.raise_for_status()
+            return out
+
+        for path, body in bodies.items():
+            name = f"POST {path} · Llama-3.1-70B tp4 h100-sxm (httpx.ASGITransport)"
+            results.append(summarize(name, await timed(path, [{"json": body}], requests, 5), unit="requests/s"))
+        for label, body in EVALUATE_BODIES.items():
+            results.append(summarize(f"POST /v1/evaluate · {label} (httpx.ASGITransport)",
+                                     await timed("/v1/evaluate", [{"json": body}], requests, 5), unit="requests/s"))
+        for label, path, plan_bodies in PLAN_BODIES:
+            timings = await timed(path, [{"json": b} for b in plan_bodies], max(PLAN_REQUESTS, len(plan_bodies)))
             results.append(summarize(f"POST {path} · {label} (httpx.ASGITransport)", timings, unit="requests/s"))
+        csv_request = {"content": _WHATIF_CSV, "headers": {"content-type": "text/csv", "accept": "text/csv"}}
+        results.append(summarize(f"POST /v1/whatif · {WHATIF_ROWS} CSV scenarios (3 deployments × 2 prompt lengths "
+                                 "× rates), CSV out (httpx.ASGITransport)",
+                                 await timed("/v1/whatif", [csv_request], WHATIF_REQUESTS),
+                                 items_per_call=WHATIF_ROWS, unit="scenarios/s"))
+        from planner.api import diagnose_schemas, timeline_schemas
+
+        for path, name in EXAMPLE_ENDPOINTS:
+            model = getattr(diagnose_schemas, name, None) or getattr(timeline_schemas, name)
+            body = model.model_config["json_schema_extra"]["examples"][0]
+            results.append(summarize(f"POST {path} · the request example of {name} (httpx.ASGITransport)",
+                                     await timed(path, [{"json": body}], EXAMPLE_REQUESTS), unit="requests/s"))
     return results
 
 

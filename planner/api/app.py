@@ -14,6 +14,7 @@ from planner.api.limits import MAX_BODY_BYTES, BodySizeLimit
 from planner.api.problems import problem_schemas, register_problem_handlers
 from planner.api.routers import ROUTERS
 from planner.api.settings import Settings, get_settings
+from planner.api.whatif_schemas import MAX_WHATIF_BODY_BYTES
 
 API_PREFIX = "/v1"
 DESCRIPTION = (
@@ -57,7 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings is not None:
         app.dependency_overrides[get_settings] = lambda: settings
     register_problem_handlers(app)
-    app.add_middleware(BodySizeLimit, max_body_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodySizeLimit, max_body_bytes=MAX_BODY_BYTES,
+                       path_limits={f"{API_PREFIX}/whatif": MAX_WHATIF_BODY_BYTES})
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,23 +29,27 @@ class BodySizeLimit:
     limit, which the problem handlers turn into ``application/problem+json``.
     """
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int = MAX_BODY_BYTES,
+                 path_limits: Mapping[str, int] | None = None) -> None:
+        """``path_limits``: larger (or smaller) limits of some paths (the batch what-if)."""
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.path_limits = dict(path_limits or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.path_limits.get(scope.get("path", ""), self.max_body_bytes)
         declared = Headers(scope=scope).get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+        if declared is not None and declared.isdigit() and int(declared) > limit:
             response = problem_response(
                 status=413,
                 slug="request-too-large",
                 title="Content Too Large",
-                detail=_too_large_detail(self.max_body_bytes),
+                detail=_too_large_detail(limit),
                 instance=scope.get("path", ""),
-                extra={"limit_bytes": self.max_body_bytes, "size_bytes": int(declared)},
+                extra={"limit_bytes": limit, "size_bytes": int(declared)},
             )
             await response(scope, receive, send)
             return
@@ -55,8 +61,8 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received_bytes += len(message.get("body", b""))
-                if received_bytes > self.max_body_bytes:
-                    raise HTTPException(413, detail=_too_large_detail(self.max_body_bytes))
+                if received_bytes > limit:
+                    raise HTTPException(413, detail=_too_large_detail(limit))
             return message
 
         await self.app(scope, counting_receive, send)

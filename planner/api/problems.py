@@ -76,6 +76,24 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def problem_body(
+    *, status: int, slug: str, title: str, detail: str, instance: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The members of a problem object; ``extra`` never overrides the five standard ones."""
+    body = _finite(jsonable_encoder(dict(extra or {})))
+    body.update(type=f"/problems/{slug}", title=title, status=status, detail=detail, instance=instance)
+    return body
+
+
+def validation_problem_body(errors: Sequence[Mapping[str, Any]], instance: str) -> dict[str, Any]:
+    """The 422 problem object of pydantic ``errors`` (what the handler answers for an invalid request)."""
+    fields = _field_errors(errors)
+    named = "; ".join(f"{e['field']}: {e['msg']}" for e in fields[:5])
+    more = f" (and {len(fields) - 5} more)" if len(fields) > 5 else ""
+    return problem_body(status=422, slug="validation-error", title="Invalid request",
+                        detail=f"Invalid request: {named}{more}", instance=instance, extra={"errors": fields})
+
+
 def problem_response(
     *,
     status: int,
@@ -87,8 +105,7 @@ def problem_response(
     extra: Mapping[str, Any] | None = None,
 ) -> ProblemResponse:
     """Build a problem+json response; ``extra`` never overrides the five standard members."""
-    body = _finite(jsonable_encoder(dict(extra or {})))
-    body.update(type=f"/problems/{slug}", title=title, status=status, detail=detail, instance=instance)
+    body = problem_body(status=status, slug=slug, title=title, detail=detail, instance=instance, extra=extra)
     return ProblemResponse(body, status_code=status, headers=dict(headers or {}))
 
 
@@ -136,17 +153,8 @@ async def _planner_error(request: Request, exc: Exception) -> ProblemResponse:
 
 async def _validation_error(request: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = _field_errors(exc.errors())
-    named = "; ".join(f"{e['field']}: {e['msg']}" for e in errors[:5])
-    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-    return problem_response(
-        status=422,
-        slug="validation-error",
-        title="Invalid request",
-        detail=f"Invalid request: {named}{more}",
-        instance=request.url.path,
-        extra={"errors": errors},
-    )
+    body = validation_problem_body(exc.errors(), request.url.path)
+    return ProblemResponse(body, status_code=422)
 
 
 async def _http_error(request: Request, exc: Exception) -> ProblemResponse:

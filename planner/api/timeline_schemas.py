@@ -129,13 +129,15 @@ class TimelineRequest(ModelChoice):
         max_length=MAX_COMPARED,
         description="Other deployments to play the same scenario on; their timelines follow the main one's",
     )
-    scenario: TimelineScenarioIn
+    scenario: TimelineScenarioIn = Field(description="The running streams and the arriving prompts")
 
 
 # ------------------------------------------------------------------------------------------ responses
 
 
 class ChunkOut(BaseModel):
+    """A prompt chunk computed in one iteration."""
+
     request: int = Field(description="Index of the request (0 = the first prompt)")
     tokens: int = Field(description="Prompt tokens computed in this iteration [tokens]")
     cached_tokens: int = Field(
@@ -147,7 +149,7 @@ class ChunkOut(BaseModel):
 class IterationOut(BaseModel):
     """One scheduler iteration (one forward pass) of the aggregated worker or of the decode worker."""
 
-    index: int
+    index: int = Field(description="Position in the timeline, from 0")
     start_s: FiniteFloat = Field(description="[s]")
     end_s: FiniteFloat = Field(description="[s]")
     duration_s: FiniteFloat = Field(description="From the cost model for this iteration's contents [s]")
@@ -159,7 +161,7 @@ class IterationOut(BaseModel):
         description="Mean KV context of the decoding sequences, what the iteration is costed at [tokens]"
     )
     prefill_tokens: int = Field(description="Prompt tokens computed, the sum of the chunks [tokens]")
-    chunks: list[ChunkOut]
+    chunks: list[ChunkOut] = Field(description="The prompt chunks computed in it")
     stalled_streams: list[int] = Field(
         description="Running streams that emit no token in this iteration; every other one emits one"
     )
@@ -169,7 +171,7 @@ class IterationOut(BaseModel):
 class PrefillPassOut(BaseModel):
     """A prompt's prefill pass on a worker of the prefill pool."""
 
-    request: int
+    request: int = Field(description="Index of the request (0 = the first prompt)")
     worker: int = Field(description="Index of the prefill worker")
     start_s: FiniteFloat = Field(description="[s]")
     end_s: FiniteFloat = Field(description="[s]")
@@ -180,7 +182,7 @@ class PrefillPassOut(BaseModel):
 class KvTransferOut(BaseModel):
     """A prompt's KV cache moving to the decode worker, layer by layer while the prefill runs."""
 
-    request: int
+    request: int = Field(description="Index of the request (0 = the first prompt)")
     start_s: FiniteFloat = Field(description="[s]")
     end_s: FiniteFloat = Field(description="When the KV is usable on the decode worker [s]")
     kv_bytes: FiniteFloat = Field(description="The whole prompt's KV cache, all layers [bytes]")
@@ -189,16 +191,18 @@ class KvTransferOut(BaseModel):
 
 
 class KvLinkOut(BaseModel):
-    link: Literal["nvlink", "rdma", "pcie"]
+    """The link the KV caches travel on from the prefill to the decode worker."""
+
+    link: Literal["nvlink", "rdma", "pcie"] = Field(description="nvlink, rdma or pcie")
     bandwidth_bytes_per_s: FiniteFloat = Field(description="Aggregate from one prefill worker [bytes/s]")
-    reason: str
+    reason: str = Field(description="Why this link (auto's choice, or as requested)")
     kv_bytes_per_token: FiniteFloat = Field(description="KV bytes one prompt token moves, all layers [bytes]")
 
 
 class StreamOut(BaseModel):
     """One running stream's tokens; the first gap is measured from t = 0."""
 
-    stream: int
+    stream: int = Field(description="Index of the running stream, from 0")
     context_tokens: int = Field(description="Its KV context at the start [tokens]")
     num_tokens: int = Field(description="Tokens it emits in the timeline [tokens]")
     mean_gap_s: FiniteFloat = Field(description="Mean time between its tokens [s]")
@@ -219,9 +223,11 @@ class RequestOut(BaseModel):
         description="Start of its first chunk's iteration, or of its pass [s]"
     )
     prefill_end_s: FiniteFloat = Field(description="End of its last chunk's iteration, or of its pass [s]")
-    num_prefill_iterations: int = Field(description="Iterations carrying its chunks (1 when disaggregated)")
+    num_prefill_iterations: int = Field(
+        description="Iterations carrying its chunks (1 when disaggregated) [iterations]"
+    )
     kv_ready_s: FiniteFloat | None = Field(
-        description="When its KV lands on the decode worker; null when aggregated"
+        description="When its KV lands on the decode worker [s]; null when aggregated"
     )
     first_token_s: FiniteFloat = Field(description="[s]")
     ttft_s: FiniteFloat = Field(
@@ -246,8 +252,10 @@ class TimelineOut(BaseModel):
         description="chunked / unchunked: aggregated with chunked prefill on / off; disaggregated: prefill "
         "pool, KV link and decode pool"
     )
-    deployment: DeploymentOut
-    num_iterations: int
+    deployment: DeploymentOut = Field(description="The deployment, after defaults were applied")
+    num_iterations: int = Field(
+        description="Iterations of the aggregated or decode worker shown [iterations]"
+    )
     decode_only_iteration_s: FiniteFloat = Field(
         description="One decode-only iteration of the running streams at their starting contexts [s]"
     )
@@ -263,22 +271,28 @@ class TimelineOut(BaseModel):
     iterations: list[IterationOut] = Field(description="The aggregated worker's, or the decode worker's")
     prefill_passes: list[PrefillPassOut] = Field(description="The prefill pool's; empty when aggregated")
     kv_transfers: list[KvTransferOut] = Field(description="Empty when aggregated")
-    streams: list[StreamOut]
-    requests: list[RequestOut]
+    streams: list[StreamOut] = Field(description="The running streams' tokens and stalls")
+    requests: list[RequestOut] = Field(description="The arriving prompts: prefill, first token, later tokens")
 
 
 class PromptOut(BaseModel):
-    request: int
+    """An arriving prompt of the scenario."""
+
+    request: int = Field(description="Index of the request (0 = the first prompt)")
     prompt_tokens: int = Field(description="[tokens]")
     delay_s: FiniteFloat = Field(description="After the first prompt's arrival [s]")
 
 
 class TimelineScenarioOut(BaseModel):
-    running_streams: int
+    """The scenario, after defaults were applied."""
+
+    running_streams: int = Field(description="Sequences decoding when the first prompt arrives [sequences]")
     context_tokens: list[int] = Field(description="Each running stream's KV context at the start [tokens]")
-    prompts: list[PromptOut]
-    warmup_iterations: int
-    decode_iterations_after: int
+    prompts: list[PromptOut] = Field(description="The arriving prompts, the first one included")
+    warmup_iterations: int = Field(description="Decode-only iterations before the first prompt [iterations]")
+    decode_iterations_after: int = Field(
+        description="Iterations shown after the last prompt's first token [iterations]"
+    )
 
 
 class TimelineResponse(BaseModel):
@@ -286,10 +300,10 @@ class TimelineResponse(BaseModel):
 
     model_config = _RESPONSE
 
-    model: str
-    engine: str
-    weight_dtype: str
-    kv_dtype: str
-    scenario: TimelineScenarioOut
-    timelines: list[TimelineOut]
-    warnings: list[str]
+    model: str = Field(description="Catalog id of the model, or inline for a model_config")
+    engine: str = Field(description="The engine profile applied")
+    weight_dtype: str = Field(description="Dtype of the weights")
+    kv_dtype: str = Field(description="Dtype of the KV cache")
+    scenario: TimelineScenarioOut = Field(description="The scenario, after defaults were applied")
+    timelines: list[TimelineOut] = Field(description="The main deployment's timeline, then compare_with's")
+    warnings: list[str] = Field(description="Caveats: one worker of many shown, defaults applied, ...")

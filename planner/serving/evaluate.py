@@ -15,11 +15,14 @@ Percentiles:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import NDArray
 from scipy import stats
 
-from planner.errors import InvalidInput
+from planner.costs.passes import mixed_step_latency_s
+from planner.errors import InvalidInput, PlannerError
 from planner.serving import queueing as Q
 from planner.serving.aggregated import AggregatedModel, SteadyState
 from planner.serving.disaggregated import DisaggregatedModel, DisaggState
@@ -35,6 +38,8 @@ FloatArray = NDArray[np.float64]
 QUANTILES = np.array([0.5, 0.9, 0.99])
 #: points per output length for the TPOT normal approximation
 TPOT_POINTS = np.array([0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98])
+#: their standard-normal quantiles (computed once: scipy's ppf costs more than the rest of the TPOT law)
+_TPOT_Z = stats.norm.ppf(TPOT_POINTS)[None, :]
 MAX_POINTS = 256
 #: standard-normal points (equal mass) representing the decode-batch fluctuation
 FLUCTUATION_Z = stats.norm.ppf((np.arange(7) + 0.5) / 7)
@@ -75,8 +80,7 @@ def _tpot_distribution(itl_values: FloatArray, itl_weights: FloatArray, out_valu
     var = float(np.dot(w, (itl_values - mean) ** 2))
     steps = np.maximum(out_values - 1.0, 1.0)
     sd = np.sqrt(var / steps)[:, None]
-    z = stats.norm.ppf(TPOT_POINTS)[None, :]
-    pts = np.maximum(mean + sd * z, 0.0)
+    pts = np.maximum(mean + sd * _TPOT_Z, 0.0)
     wts = (out_weights[:, None] * np.full(len(TPOT_POINTS), 1.0 / len(TPOT_POINTS))[None, :])
     multi = out_values > 1
     if not np.any(multi):
@@ -105,11 +109,69 @@ def batch_fluctuation(mean_batch: float, cap: float, clients: float | None) -> t
     return pts, w / w.sum()
 
 
-def evaluate(problem: ServingProblem) -> Evaluation:
-    """Predict TTFT, ITL, TPOT and end-to-end latency (mean and percentiles), throughput and utilization."""
+def evaluate(problem: ServingProblem, *, table_memo: TableMemo | None = None) -> Evaluation:
+    """Predict TTFT, ITL, TPOT and end-to-end latency (mean and percentiles), throughput and utilization.
+
+    ``table_memo``: a dict a caller evaluating many problems keeps between calls (``evaluate_many``): an
+    aggregated deployment's cost-model grid and λ(B) curve are computed once per distinct deployment and
+    lengths and reused, which gives the same numbers as computing them again."""
     if isinstance(problem.deployment, AggregatedDeployment):
-        return _evaluate_aggregated(problem)
+        return _evaluate_aggregated(problem, table_memo)
     return _evaluate_disaggregated(problem)
+
+
+#: cost-model grids by what determines them (the cost context's parts and the grid's inputs), and λ(B)
+#: curves by what determines them beyond the grid
+TableMemo = dict[tuple, object]
+
+
+def _table_key(model: AggregatedModel, inputs: tuple[dict, dict]) -> tuple:
+    ctx = model.ctx
+    # identities are safe keys while the caller holds the problems (catalog objects are shared between them)
+    parts: list[object] = [id(ctx.model), id(ctx.gpu), id(ctx.engine), ctx.weight_dtype, ctx.kv_dtype, ctx.parallelism]
+    for group in inputs:
+        for name in sorted(group):
+            a = np.asarray(group[name], dtype=np.float64)
+            parts += [name, a.shape, a.tobytes()]
+    return tuple(parts)
+
+
+def _state_key(problem: ServingProblem, table_key: tuple) -> tuple:
+    """What a replica's steady states depend on beyond the cost grid: every length, the prefix-cache hit
+    and the scheduler limits (not the arrival process, the replica count or the SLO)."""
+    w, dep = problem.workload, problem.deployment
+    parts: list[object] = ["curves", table_key, w.prefix_cache_hit_fraction, dep.max_batch_size, dep.token_budget,
+                           dep.chunked_prefill]
+    for dist in (w.input_tokens, w.output_tokens):
+        parts += [dist.values.tobytes(), dist.weights.tobytes()]
+    return tuple(parts)
+
+
+def _tabulated_model(problem: ServingProblem, memo: TableMemo | None) -> AggregatedModel:
+    if memo is None:
+        return AggregatedModel(problem)
+    model = AggregatedModel(problem, tabulate=False)
+    inputs = model.table_inputs()
+    key = _table_key(model, inputs)
+    if key not in memo:
+        memo[key] = (mixed_step_latency_s(model.ctx, **inputs[0]), mixed_step_latency_s(model.ctx, **inputs[1]))
+    model.set_tables(*memo[key])  # type: ignore[misc]
+    # the λ(B) curve (per queue-thinning factor) is the same for every arrival process: share it too
+    model.__dict__["_curve_cache"] = memo.setdefault(_state_key(problem, key), {})
+    return model
+
+
+def evaluate_many(problems: Sequence[ServingProblem]) -> list[Evaluation | PlannerError]:
+    """``evaluate`` of each problem, in order, sharing the cost-model grids of equal deployments; a problem the
+    planner refuses gives its error in its place instead of stopping the others."""
+    memo: TableMemo = {}
+    out: list[Evaluation | PlannerError] = []
+    for problem in problems:
+        try:
+            out.append(evaluate(problem, table_memo=memo))
+        except PlannerError as error:
+            out.append(error)
+    return out
 
 
 def active_replicas(problem: ServingProblem, replicas: int) -> int:
@@ -146,7 +208,7 @@ def _operating_rate(model: AggregatedModel | DisaggregatedModel, problem: Servin
     return offered, scv, 1.0, 0.0, False, None
 
 
-def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
+def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None = None) -> Evaluation:
     dep = problem.deployment
     assert isinstance(dep, AggregatedDeployment)
     w = problem.workload
@@ -154,7 +216,7 @@ def _evaluate_aggregated(problem: ServingProblem) -> Evaluation:
         raise InvalidInput(
             f"without chunked prefill the token budget ({dep.token_budget}) must hold the longest prompt "
             f"({int(w.input_tokens.max)} tokens), as vLLM requires", field="deployment.token_budget")
-    model = AggregatedModel(problem)
+    model = _tabulated_model(problem, table_memo)
     replicas = active_replicas(problem, dep.replicas)
     lam, scv, scale, extra, overloaded, st = _operating_rate(model, problem, replicas)
     saturated = extra > 0

@@ -285,13 +285,8 @@ def _metrics(evaluation: Evaluation) -> dict[str, Any]:
     return out
 
 
-@router.post("", response_model=EvaluateResponse)
-def evaluate_deployment(body: EvaluateRequest, catalogs: CatalogsDep) -> EvaluateResponse:
-    """Predicted TTFT, ITL, TPOT and end-to-end latency (mean, p50, p90, p99), throughput, utilization
-    and the TTFT breakdown of a deployment under a workload, in steady state.
-
-    An overloaded deployment is an answer (``feasible: false``), not an error.
-    """
+def build_problem(body: EvaluateRequest, catalogs: Catalogs) -> tuple[ServingProblem, list[str]]:
+    """The serving problem of an evaluate body, and the notes on the defaults it filled in."""
     arch = resolve_model(body, catalogs)
     profile = calibration_of(body)
     engine = resolve_engine(body.engine, catalogs, profile)
@@ -299,18 +294,13 @@ def evaluate_deployment(body: EvaluateRequest, catalogs: CatalogsDep) -> Evaluat
     workload = build_workload(body.workload)
     notes = scheduler_defaults_note(body)
     deployment = build_deployment(body.deployment, catalogs, workload, notes, profile)
-    slo = build_slo(body.slo)
-    evaluation = evaluate(
-        ServingProblem(
-            model=arch,
-            engine=engine,
-            weight_dtype=weight_dtype,
-            kv_dtype=kv_dtype,
-            deployment=deployment,
-            workload=workload,
-            slo=slo,
-        )
-    )
+    return ServingProblem(model=arch, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                          deployment=deployment, workload=workload, slo=build_slo(body.slo)), notes
+
+
+def evaluation_response(problem: ServingProblem, evaluation: Evaluation, notes: list[str]) -> EvaluateResponse:
+    """The evaluate answer: the evaluation, the resolved inputs echoed, and every note and warning."""
+    deployment, slo = problem.deployment, problem.slo
     gpus = (
         [deployment.gpu]
         if isinstance(deployment, AggregatedDeployment)
@@ -321,13 +311,24 @@ def evaluate_deployment(body: EvaluateRequest, catalogs: CatalogsDep) -> Evaluat
     return EvaluateResponse.model_validate(
         metrics
         | {
-            "model": arch.id,
-            "engine": engine.id,
-            "weight_dtype": weight_dtype,
-            "kv_dtype": kv_dtype,
+            "model": problem.model.id,
+            "engine": problem.engine.id,
+            "weight_dtype": problem.weight_dtype,
+            "kv_dtype": problem.kv_dtype,
             "deployment": deployment_echo(deployment),
-            "workload": _workload_echo(workload),
+            "workload": _workload_echo(problem.workload),
             "slo": None if slo is None else SloOut.model_validate(asdict(slo)),
             "mode": "aggregated" if isinstance(deployment, AggregatedDeployment) else "disaggregated",
         }
     )
+
+
+@router.post("", response_model=EvaluateResponse)
+def evaluate_deployment(body: EvaluateRequest, catalogs: CatalogsDep) -> EvaluateResponse:
+    """Predicted TTFT, ITL, TPOT and end-to-end latency (mean, p50, p90, p99), throughput, utilization
+    and the TTFT breakdown of a deployment under a workload, in steady state.
+
+    An overloaded deployment is an answer (``feasible: false``), not an error.
+    """
+    problem, notes = build_problem(body, catalogs)
+    return evaluation_response(problem, evaluate(problem), notes)
