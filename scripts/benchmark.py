@@ -311,7 +311,7 @@ def render(results: Sequence[Result], info: dict[str, str], command: str) -> str
         "|---|---:|---:|---:|---:|",
     ]
     for r in results:
-        rate = f"{r.items_per_s:,.0f} {r.unit}"
+        rate = f"{r.items_per_s:,.0f} {r.unit}" if r.items_per_s >= 10 else f"{r.items_per_s:.2g} {r.unit}"
         lines.append(f"| {r.name} | {r.calls} | {_ms(r.median_s)} | {_ms(r.p90_s)} | {rate} |")
     return "\n".join(lines) + "\n"
 

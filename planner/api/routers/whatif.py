@@ -20,7 +20,6 @@ from planner.api.serving_schemas import EvaluateRequest
 from planner.api.whatif_schemas import MAX_WHATIF_BODY_BYTES, MAX_WHATIF_SCENARIOS, WhatifResponse
 from planner.errors import InvalidInput, PlannerError, RequestTooLarge, UnsupportedMediaType
 from planner.serving.evaluate import TableMemo, evaluate
-from planner.serving.types import ServingProblem
 
 router = APIRouter(prefix="/whatif", tags=["whatif"], responses=problem_responses([413, 415, 422, 500]))
 
