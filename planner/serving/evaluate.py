@@ -150,6 +150,11 @@ def _state_key(problem: ServingProblem, table_key: tuple) -> tuple:
 def _tabulated_model(problem: ServingProblem, memo: TableMemo | None) -> AggregatedModel:
     if memo is None:
         return AggregatedModel(problem)
+    # a replica's model reads the arrival process only for its kind (the lock-step share of closed loops):
+    # problems that differ in nothing else (rate, clients, replicas, SLO) share one model
+    model_key = _model_key(problem)
+    if model_key in memo:
+        return memo[model_key]  # type: ignore[return-value]
     model = AggregatedModel(problem, tabulate=False)
     inputs = model.table_inputs()
     key = _table_key(model, inputs)
@@ -158,7 +163,20 @@ def _tabulated_model(problem: ServingProblem, memo: TableMemo | None) -> Aggrega
     model.set_tables(*memo[key])  # type: ignore[misc]
     # the λ(B) curve (per queue-thinning factor) is the same for every arrival process: share it too
     model.__dict__["_curve_cache"] = memo.setdefault(_state_key(problem, key), {})
+    memo[model_key] = model
     return model
+
+
+def _model_key(problem: ServingProblem) -> tuple:
+    """Everything an aggregated replica's model is built from, with the arrival reduced to its kind."""
+    dep, w = problem.deployment, problem.workload
+    assert isinstance(dep, AggregatedDeployment)
+    parts: list[object] = ["model", id(problem.model), id(problem.engine), problem.weight_dtype, problem.kv_dtype,
+                           id(dep.gpu), dep.parallelism, dep.max_batch_size, dep.token_budget, dep.chunked_prefill,
+                           w.arrival.kind, w.prefix_cache_hit_fraction]
+    for dist in (w.input_tokens, w.output_tokens):
+        parts += [dist.values.tobytes(), dist.weights.tobytes()]
+    return tuple(parts)
 
 
 def evaluate_many(problems: Sequence[ServingProblem]) -> list[Evaluation | PlannerError]:
