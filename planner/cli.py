@@ -14,6 +14,7 @@ import csv
 import datetime as dt
 import io
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -83,7 +84,16 @@ def serve(
     if hardware_dir is not None:
         with _domain_errors_exit():  # fail at start, not on the first request
             load_catalog(hardware_dir)
-    uvicorn.run(create_app(settings), host=host, port=port)
+    from planner.api.middleware import ACCESS_LOGGER
+
+    access = logging.getLogger(ACCESS_LOGGER)  # one JSON line per request (uvicorn's own access log is off)
+    if not access.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
+    uvicorn.run(create_app(settings), host=host, port=port, access_log=False)
 
 
 @app.command()

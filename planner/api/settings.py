@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -16,11 +18,35 @@ class Settings(BaseSettings):
     hardware_dir
         Optional directory of extra or overriding accelerator files (``PLANNER_HARDWARE_DIR``),
         merged over the built-in ``hardware_catalog/``.
+    api_key
+        When set (``PLANNER_API_KEY``), every request under ``/v1`` must carry it in the ``X-API-Key``
+        header (or as ``Authorization: Bearer <key>``); others get a 401 problem. The spec and the docs
+        pages stay open.
+    cors_origins
+        Origins allowed to call the service from a browser (``PLANNER_CORS_ORIGINS``, comma-separated or
+        a JSON list; ``*`` for any). Empty: no CORS headers.
+    access_log
+        One structured line per request on the ``planner.access`` logger (``PLANNER_ACCESS_LOG``).
     """
 
     model_config = SettingsConfigDict(env_prefix="PLANNER_", frozen=True, extra="ignore")
 
     hardware_dir: Path | None = None
+    api_key: SecretStr | None = Field(None, min_length=1)
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
+    access_log: bool = True
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                import json
+
+                return tuple(json.loads(text))
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+        return value
 
 
 @lru_cache(maxsize=1)
