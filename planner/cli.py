@@ -14,7 +14,6 @@ import csv
 import datetime as dt
 import io
 import json
-import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -72,28 +71,31 @@ def serve(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 8000,
     hardware_dir: HardwareDir = None,
+    workers: Annotated[int, typer.Option(help="Worker processes (each a whole service).", min=1, max=64)] = 1,
 ) -> None:
-    """Serve the HTTP API (OpenAPI docs at /docs)."""
-    import uvicorn
+    """Serve the HTTP API (OpenAPI docs at /docs); one JSON access line per request on stderr."""
+    import copy
+    import os
 
-    from planner.api import create_app
-    from planner.api.settings import Settings
+    import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
+
+    from planner.api.middleware import ACCESS_LOGGER
     from planner.hardware import load_catalog
 
-    settings = Settings(hardware_dir=hardware_dir) if hardware_dir is not None else None
     if hardware_dir is not None:
         with _domain_errors_exit():  # fail at start, not on the first request
             load_catalog(hardware_dir)
-    from planner.api.middleware import ACCESS_LOGGER
-
-    access = logging.getLogger(ACCESS_LOGGER)  # one JSON line per request (uvicorn's own access log is off)
-    if not access.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        access.addHandler(handler)
-    access.setLevel(logging.INFO)
-    access.propagate = False
-    uvicorn.run(create_app(settings), host=host, port=port, access_log=False)
+        os.environ["PLANNER_HARDWARE_DIR"] = str(hardware_dir)  # the workers read their settings from it
+    # the planner's access lines replace uvicorn's; a logging config (not handlers set here) so that worker
+    # processes get it too
+    log_config = copy.deepcopy(LOGGING_CONFIG)
+    log_config["formatters"]["planner_access"] = {"format": "%(message)s"}
+    log_config["handlers"]["planner_access"] = {"class": "logging.StreamHandler", "formatter": "planner_access",
+                                                "stream": "ext://sys.stderr"}
+    log_config["loggers"][ACCESS_LOGGER] = {"handlers": ["planner_access"], "level": "INFO", "propagate": False}
+    uvicorn.run("planner.api.app:create_app", factory=True, host=host, port=port, workers=workers,
+                access_log=False, log_config=log_config)
 
 
 @app.command()

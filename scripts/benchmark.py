@@ -313,6 +313,9 @@ def render(results: Sequence[Result], info: dict[str, str], command: str) -> str
     for r in results:
         rate = f"{r.items_per_s:,.0f} {r.unit}" if r.items_per_s >= 10 else f"{r.items_per_s:.2g} {r.unit}"
         lines.append(f"| {r.name} | {r.calls} | {_ms(r.median_s)} | {_ms(r.p90_s)} | {rate} |")
+    load = ROOT / "docs" / "load_test.md"
+    lines += ["", load.read_text().strip() if load.exists() else
+              "## Load test\n\n(docs/load_test.md is missing: run scripts/load_test.py --write)"]
     return "\n".join(lines) + "\n"
 
 

@@ -197,6 +197,7 @@ def register_problem_handlers(app: FastAPI) -> None:
 
 
 _DESCRIPTIONS = {
+    400: "A request body that could not be parsed (not UTF-8 text, or JSON nested too deeply)",
     404: "Unknown GPU, model or route",
     405: "Method not allowed",
     413: "Request body or inline model_config too large",

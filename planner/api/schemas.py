@@ -44,12 +44,14 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 MAX_WORKERS = 100_000
 #: most clients of a closed loop [clients]
 MAX_CONCURRENCY = 1_000_000
-#: fastest open-loop arrival rate accepted [requests/s]
-MAX_RATE_PER_S = 1e6
+#: slowest and fastest open-loop arrival rates accepted [requests/s]; below the floor (one request in
+#: about 12 days) a rate only drives the cost per token and the queueing to overflow
+MIN_RATE_PER_S, MAX_RATE_PER_S = 1e-6, 1e6
 #: most entries of a list of length samples or histogram bins (longer lists are a 413)
 MAX_SAMPLES = 100_000
-#: longest latency target accepted [s]
-MAX_LATENCY_S = 1e6
+#: shortest and longest latency targets accepted [s]; no GPU runs a step in under a microsecond, so a
+#: target below the floor is as infeasible as the floor itself, and only underflows the searches' grids
+MIN_LATENCY_S, MAX_LATENCY_S = 1e-6, 1e6
 
 WorkerCount = Annotated[int, Field(ge=1, le=MAX_WORKERS, description="Identical workers [workers]")]
 Concurrency = Annotated[
@@ -59,14 +61,19 @@ Concurrency = Annotated[
     ),
 ]
 RatePerS = Annotated[
-    float, Field(gt=0, le=MAX_RATE_PER_S, allow_inf_nan=False, description="An arrival rate [requests/s]")
+    float,
+    Field(
+        ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, allow_inf_nan=False, description="An arrival rate [requests/s]"
+    ),
 ]
 Percentile = Annotated[float, Field(gt=0, lt=100, description="A percentile, in (0, 100)")]
 LatencyTarget = Annotated[
-    float, Field(gt=0, le=MAX_LATENCY_S, allow_inf_nan=False, description="A latency target [s]")
+    float, Field(ge=MIN_LATENCY_S, le=MAX_LATENCY_S, allow_inf_nan=False, description="A latency target [s]")
 ]
 
-_REQUEST = ConfigDict(extra="forbid", protected_namespaces=())
+#: requests take exactly the JSON types the spec declares: no ``"5"`` or ``true`` for a number, no ``1`` for
+#: a boolean (pydantic's lax mode would coerce them and accept what the spec calls invalid)
+_REQUEST = ConfigDict(extra="forbid", strict=True, protected_namespaces=())
 _RESPONSE = ConfigDict(protected_namespaces=())
 
 

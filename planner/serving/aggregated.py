@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 from planner.costs.memory import memory_plan
 from planner.costs.passes import mixed_step_latency_s
 from planner.costs.types import CostContext
-from planner.errors import ModelDoesNotFit
+from planner.errors import ModelDoesNotFit, UnsupportedConfiguration
 from planner.serving import queueing as Q
 from planner.serving.types import AggregatedDeployment, ServingProblem
 
@@ -163,6 +163,15 @@ class AggregatedModel:
         self.out_weights = w.output_tokens.weights
         mean_out = w.output_tokens.mean
         self.mean_decode_steps = max(mean_out - 1.0, 0.0)
+        if self.mean_decode_steps <= 0.0:
+            # the state of the balance equations is the decode batch B = λ·(E[O] − 1)·τ̄, identically 0
+            # here: λ is then undetermined by B and the λ(B) curve has no stable branch to stand on
+            raise UnsupportedConfiguration(
+                "every request generates a single token (prefill only): the aggregated model's steady state "
+                "is that of its decode batch, which such a workload never forms; give outputs above one "
+                "token, or evaluate it disaggregated",
+                field="workload.output_tokens", mean_output_tokens=mean_out,
+            )
         self.mean_prompt_compute = float(np.dot(self.prompt_compute, self.in_weights))
         scv = float(np.dot(self.prompt_compute**2, self.in_weights)) / self.mean_prompt_compute**2 - 1.0
         self.prompt_scv = max(scv, 0.0)

@@ -21,6 +21,13 @@ from planner.errors import InvalidInput
 NUM_QUANTILE_POINTS = 64
 #: z-score of the 90th percentile of a standard normal
 Z90 = float(stats.norm.ppf(0.9))
+#: most points an empirical distribution (samples, a histogram) keeps. The serving formulas take every
+#: point at once, and the TTFT and end-to-end percentiles pairs of them, so the work grows with the square
+#: of the points: 10,000 distinct lengths cost ~8 s per evaluation, 100,000 (what a request may send)
+#: ~75 GiB. Beyond the limit the sorted lengths are grouped into bins of equal probability, each at its
+#: mean, and the longest length stays a point of its own: the mean and the maximum are kept exactly, and a
+#: quantile moves by less than one bin (1/1024 of the probability)
+MAX_EMPIRICAL_POINTS = 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,7 +88,7 @@ def sampled_lengths(samples: Sequence[int]) -> LengthDistribution:
     if arr.size == 0 or np.any(arr < 1) or not np.all(np.isfinite(arr)):
         raise InvalidInput("samples must be a non-empty list of token counts >= 1", field="samples")
     values, counts = np.unique(arr, return_counts=True)
-    return LengthDistribution(values=values, weights=counts / counts.sum(), kind="samples")
+    return _bounded(LengthDistribution(values=values, weights=counts / counts.sum(), kind="samples"))
 
 
 def histogram_lengths(values: Sequence[float], weights: Sequence[float]) -> LengthDistribution:
@@ -93,7 +100,21 @@ def histogram_lengths(values: Sequence[float], weights: Sequence[float]) -> Leng
     if np.any(v < 1) or np.any(w < 0) or w.sum() <= 0 or not np.all(np.isfinite(v)) or not np.all(np.isfinite(w)):
         raise InvalidInput("histogram values must be >= 1 and weights >= 0 with a positive sum", field="weights")
     keep = w > 0
-    return LengthDistribution(values=v[keep], weights=w[keep] / w[keep].sum(), kind="histogram")
+    return _bounded(LengthDistribution(values=v[keep], weights=w[keep] / w[keep].sum(), kind="histogram"))
+
+
+def _bounded(dist: LengthDistribution) -> LengthDistribution:
+    """``dist`` on at most ``MAX_EMPIRICAL_POINTS`` points: the longest length, and the others coarsened."""
+    if dist.values.size <= MAX_EMPIRICAL_POINTS:
+        return dist
+    top = int(np.argmax(dist.values))
+    rest = np.arange(dist.values.size) != top
+    others = LengthDistribution(values=dist.values[rest], weights=dist.weights[rest], kind=dist.kind)
+    others = others.coarsened(MAX_EMPIRICAL_POINTS - 1)
+    share = float(dist.weights[rest].sum()) / float(dist.weights.sum())
+    values = np.append(others.values, dist.values[top])
+    weights = np.append(others.weights / others.weights.sum() * share, 1.0 - share)
+    return LengthDistribution(values=values, weights=weights, kind=dist.kind)
 
 
 def lognormal_lengths(

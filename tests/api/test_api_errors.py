@@ -50,6 +50,13 @@ async def test_malformed_json_is_422(client, problem):
     assert problem(response, 422, "validation-error")["errors"][0]["field"] == "body"
 
 
+async def test_a_body_that_is_not_utf8_is_a_declared_400(app, client, problem):
+    body = b'{"gpu": "\xff"}'
+    response = await client.post(PREFILL, content=body, headers={"content-type": "application/json"})
+    problem(response, 400, "bad-request")
+    assert "400" in app.openapi()["paths"][PREFILL]["post"]["responses"]
+
+
 async def test_unknown_route_is_a_404_problem(client, problem):
     problem(await client.get("/v1/nowhere"), 404, "not-found")
 

@@ -354,12 +354,32 @@ async def test_slo_defaults_and_attainment(client):
         ("workload.prefix_cache_hit_fraction", 1.0, "workload.prefix_cache_hit_fraction"),
         ("slo", {"ttft_s": 1.0, "ttft_percentile": 100}, "slo.ttft_percentile"),
         ("slo", {"itl_s": -0.05}, "slo.itl_s"),
+        # below the floors a rate or a target only underflows the searches' grids and the cost per token
+        ("workload.arrival", {"kind": "poisson", "rate_per_s": 5e-324}, "workload.arrival.rate_per_s"),
+        ("slo", {"ttft_s": 5e-324}, "slo.ttft_s"),
+        # the JSON types are the spec's: no string or boolean for a number, no number for a boolean
+        ("workload.output_tokens", "200", "workload.output_tokens"),
+        ("workload.prefix_cache_hit_fraction", False, "workload.prefix_cache_hit_fraction"),
+        ("deployment.replicas", True, "deployment.replicas"),
+        ("deployment.chunked_prefill", 1, "deployment.chunked_prefill"),
     ],
 )
 async def test_invalid_input_is_422_naming_the_field(client, problem, path, value, field):
     body = _with(AGGREGATED, path, value)
     errors = problem(await client.post(EVALUATE, json=body), 422, "validation-error")["errors"]
     assert field in [e["field"] for e in errors], errors
+
+
+async def test_a_prefill_only_workload_is_422_on_an_aggregated_deployment_and_answered_disaggregated(
+    client, problem
+):
+    # one output token each: no decode batch ever forms, which the aggregated model's steady state rests on
+    body = _aggregated(output_tokens=1, arrival={"kind": "poisson", "rate_per_s": 8.0})
+    out = problem(await client.post(EVALUATE, json=body), 422, "unsupported-configuration")
+    assert out["field"] == "workload.output_tokens"
+    body["deployment"] = {"mode": "disaggregated", "prefill": {"gpu": "h100-sxm"},
+                          "decode": {"gpu": "h100-sxm"}}
+    assert (await _ok(client, body))["requests_per_s"] == pytest.approx(8.0)
 
 
 async def test_a_pool_field_is_named_with_its_pool(client, problem):
@@ -401,6 +421,14 @@ async def test_too_many_samples_is_413_and_the_limit_itself_is_accepted(client, 
     assert out["field"] == "workload.output_tokens.samples" and out["max_entries"] == MAX_SAMPLES
     at_limit = _aggregated(output_tokens={"samples": [100, 200] * (MAX_SAMPLES // 2)})
     assert (await _ok(client, at_limit))["workload"]["output_tokens"]["mean"] == pytest.approx(150)
+
+
+async def test_as_many_distinct_lengths_as_allowed_are_answered_with_the_exact_mean_and_maximum(client):
+    # every one of the 100,000 bins different: the serving formulas see at most 1,024 points of it
+    bins = {"histogram": {"values": list(range(1, MAX_SAMPLES + 1)), "weights": [1] * MAX_SAMPLES}}
+    body = _aggregated(input_tokens=bins, arrival={"kind": "poisson", "rate_per_s": 1.0})
+    echo = (await _ok(client, body))["workload"]["input_tokens"]
+    assert echo["mean"] == pytest.approx((MAX_SAMPLES + 1) / 2) and echo["max"] == MAX_SAMPLES
 
 
 # ------------------------------------------------------------------------------------- the OpenAPI shape

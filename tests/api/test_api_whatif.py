@@ -71,6 +71,15 @@ async def test_csv_cells_spell_json_values(client):
     assert res["result"]["workload"]["arrival"]["concurrency"] == 8
 
 
+async def test_csv_lines_may_end_in_cr_and_whole_numbers_may_be_written_as_floats(client):
+    # spreadsheets write integer columns with gaps as 2000.0; old Macs end lines with a lone CR
+    row = f"{LLAMA_8B},aggregated,h100-sxm,1.0,2000.0,300,poisson,2.5"
+    for text in (HEADER + "\r" + row + "\r", HEADER + "\r\n" + row + "\r\n"):
+        r = await client.post("/v1/whatif", content=text, headers={"content-type": "text/csv"})
+        assert r.status_code == 200, r.text
+        assert r.json()["num_ok"] == 1, r.text
+
+
 async def test_ndjson_streams_one_line_per_row(client):
     rows = [_body(1.0 + i) for i in range(5)]
     r = await client.post("/v1/whatif", json=rows, headers={"accept": "application/x-ndjson"})
@@ -102,7 +111,11 @@ async def test_whatif_takes_bodies_larger_than_the_other_endpoints(client):
     ("a,b\n1,2\n", "text/plain", 415),
     ('{"model": "x"}', "application/json", 422),
     ("not json", "application/json", 422),
+    ("[" * 100_000 + "]" * 100_000, "application/json", 422),  # deeper than the JSON parser goes
     ("", "text/csv", 422),
+    ("{}", "text/csv", 422),  # a header naming no evaluate field: every row would fail on it
+    (HEADER + ",notes\n", "text/csv", 422),
+    ("model\n" + "x" * 200_000 + "\n", "text/csv", 422),  # a cell over the csv module's size limit
 ])
 async def test_a_bad_batch_is_a_problem(client, content, ctype, status):
     r = await client.post("/v1/whatif", content=content, headers={"content-type": ctype})

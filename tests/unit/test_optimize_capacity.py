@@ -13,7 +13,14 @@ from planner.optimize.capacity import (
     shifted_wait_quantile,
 )
 from planner.serving.queueing import erlang_c, quantiles_of_shifted_wait, weighted_quantiles
-from planner.serving.workload import LengthDistribution, fixed_length, histogram_lengths, lognormal_lengths
+from planner.serving.workload import (
+    MAX_EMPIRICAL_POINTS,
+    LengthDistribution,
+    fixed_length,
+    histogram_lengths,
+    lognormal_lengths,
+    sampled_lengths,
+)
 
 SERVERS = [*range(1, 65), 80, 100, 128, 200, 256, 500]
 UTILIZATIONS = [*np.linspace(0.01, 0.99, 50), 0.995, 0.999]
@@ -187,6 +194,27 @@ def test_coarsened_keeps_the_mean_and_the_point_budget(which: int, points: int) 
     assert c.second_moment <= dist.second_moment * (1 + 1e-12)
     if points == 1:
         assert c.values[0] == pytest.approx(dist.mean, rel=1e-12)
+
+
+@pytest.mark.parametrize("heavy_top", [False, True])
+def test_empirical_distributions_keep_a_bounded_support_the_mean_and_the_maximum(heavy_top: bool) -> None:
+    rng = np.random.default_rng(5)
+    samples = rng.integers(1, 10_000_000, size=100_000)
+    values = rng.permutation(np.arange(1.0, 100_001.0))
+    weights = np.where(values == values.max(), 1e4 if heavy_top else 1.0, 1.0)
+    for exact, dist in ((samples.astype(float), sampled_lengths(samples.tolist())),
+                        (values, histogram_lengths(values, weights))):
+        w = np.full(exact.size, 1.0 / exact.size) if dist.kind == "samples" else weights / weights.sum()
+        assert dist.values.size <= MAX_EMPIRICAL_POINTS == dist.weights.size
+        assert float(np.sum(dist.weights)) == pytest.approx(1.0, abs=1e-12)
+        assert dist.mean == pytest.approx(float(np.dot(exact, w)), rel=1e-12)
+        assert dist.max == exact.max()  # what the KV cache must hold
+        order = np.argsort(exact)
+        for q in (0.5, 0.9, 0.99):
+            exact_q = exact[order][np.searchsorted(np.cumsum(w[order]), q - 1e-12)]
+            assert dist.quantile(q) == pytest.approx(exact_q, rel=2e-3)
+    small = sampled_lengths([5, 5, 7])
+    assert small.values.tolist() == [5.0, 7.0]
 
 
 def test_coarsened_is_the_identity_when_small_enough() -> None:

@@ -40,7 +40,7 @@ from planner.errors import InvalidInput
 from planner.serving.types import AggregatedDeployment, ServingProblem
 from planner.serving.workload import Arrival, Workload, fixed_length
 
-router = APIRouter(tags=["diagnose"], responses=problem_responses([404, 413, 422, 500]))
+router = APIRouter(tags=["diagnose"], responses=problem_responses([400, 404, 413, 422, 500]))
 
 
 def build_measurements(body: MeasurementsIn) -> Measurements:

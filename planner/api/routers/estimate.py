@@ -27,7 +27,8 @@ from planner.errors import RequestTooLarge, UnsupportedConfiguration, Unsupporte
 from planner.hardware import find_gpu
 from planner.models import ModelArchitecture, from_hf_config
 
-router = APIRouter(prefix="/estimate", tags=["estimate"], responses=problem_responses([404, 413, 422, 500]))
+router = APIRouter(prefix="/estimate", tags=["estimate"],
+                   responses=problem_responses([400, 404, 413, 422, 500]))
 
 
 def _inline_model(config: dict[str, object]) -> ModelArchitecture:

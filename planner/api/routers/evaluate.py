@@ -58,7 +58,8 @@ from planner.serving.workload import (
     sampled_lengths,
 )
 
-router = APIRouter(prefix="/evaluate", tags=["evaluate"], responses=problem_responses([404, 413, 422, 500]))
+router = APIRouter(prefix="/evaluate", tags=["evaluate"],
+                   responses=problem_responses([400, 404, 413, 422, 500]))
 
 _SCHEDULER_DEFAULTS = {f.name: f.default for f in fields(AggregatedDeployment)}
 #: vLLM's ``max_num_seqs`` and ``max_num_batched_tokens`` with chunked prefill (the core's defaults)

@@ -47,7 +47,7 @@ from planner.optimize.plan import PlanSearch, plan
 from planner.serving.types import AggregatedDeployment, Evaluation, ServingProblem, Slo
 from planner.serving.workload import Arrival, Workload
 
-router = APIRouter(prefix="/plan", tags=["plan"], responses=problem_responses([404, 413, 422, 500]))
+router = APIRouter(prefix="/plan", tags=["plan"], responses=problem_responses([400, 404, 413, 422, 500]))
 
 
 def _workload(body: PlanWorkloadIn) -> tuple[Workload, float | None, float]:

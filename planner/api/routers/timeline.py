@@ -41,7 +41,8 @@ from planner.serving.workload import Arrival, Workload, fixed_length
 
 JSON_MEDIA_TYPE = "application/json"
 
-router = APIRouter(prefix="/timeline", tags=["timeline"], responses=problem_responses([404, 413, 422, 500]))
+router = APIRouter(prefix="/timeline", tags=["timeline"],
+                   responses=problem_responses([400, 404, 413, 422, 500]))
 
 _T = TypeVar("_T")
 _PROMPT_FIELD = re.compile(r"^scenario\.prompts\.(\d+)(.*)$")

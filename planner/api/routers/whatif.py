@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,8 @@ JSON, CSV, NDJSON = "application/json", "text/csv", "application/x-ndjson"
 STREAM_CHUNK = 256
 #: response members that echo the request (left out of the CSV, whose input columns already say it)
 _ECHOES = ("deployment", "workload", "slo", "model", "engine", "weight_dtype", "kv_dtype")
+#: what the first dotted part of a CSV column may be: the evaluate request's top-level members
+_EVALUATE_FIELDS = frozenset(info.alias or name for name, info in EvaluateRequest.model_fields.items())
 _CSV_EXAMPLE = (
     "model,deployment.mode,deployment.gpu,deployment.parallelism.tp,workload.input_tokens,"
     "workload.output_tokens,workload.arrival.kind,workload.arrival.rate_per_s\n"
@@ -44,7 +47,10 @@ _JSON_EXAMPLE = [
 
 # ------------------------------------------------------------------------------------------------- input
 def _cell(text: str) -> Any:
-    """A CSV cell as the JSON value it spells: number, boolean, a JSON list/object, or the text."""
+    """A CSV cell as the JSON value it spells: number, boolean, a JSON list/object, or the text.
+
+    A whole number written as a float (``2000.0``, as spreadsheets and pandas write integer columns with
+    gaps) is the integer: the scenarios are validated strictly, and a count field takes no float."""
     t = text.strip()
     low = t.lower()
     if low in ("true", "false"):
@@ -52,14 +58,17 @@ def _cell(text: str) -> Any:
     if t[:1] in "[{":
         try:
             return json.loads(t)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: the text itself
             return t
-    for kind in (int, float):
-        try:
-            return kind(t)
-        except ValueError:
-            pass
-    return t
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        number = float(t)
+    except ValueError:
+        return t
+    return int(number) if number.is_integer() else number
 
 
 def _nest(row: Mapping[str, str]) -> dict[str, Any]:
@@ -86,9 +95,24 @@ def _too_many(n: int) -> RequestTooLarge:
 
 
 def _parse_csv(text: str) -> tuple[list[str], list[dict[str, str]]]:
-    reader = csv.DictReader(io.StringIO(text))
+    # newline="": the csv module splits the lines itself (a quoted cell may hold a line break, a lone \r ends
+    # a line), as its documentation asks of the files it reads
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        return _read_csv(reader)
+    except csv.Error as error:  # a NUL, a cell over the csv module's size limit, ...
+        raise InvalidInput(f"the CSV cannot be read (line {reader.line_num}): {error}",
+                           field="body") from None
+
+
+def _read_csv(reader: csv.DictReader[str]) -> tuple[list[str], list[dict[str, str]]]:
     if not reader.fieldnames:
         raise InvalidInput("the CSV has no header row of evaluate field names", field="body")
+    for column in reader.fieldnames:
+        if column.strip().split(".")[0] not in _EVALUATE_FIELDS:  # every row would fail on it: say so once
+            raise InvalidInput(
+                f"CSV column {column!r} names no evaluate field; the header's columns start with one of "
+                f"{', '.join(sorted(_EVALUATE_FIELDS))}", field="body", column=column)
     rows = []
     for row in reader:
         if len(rows) >= MAX_WHATIF_SCENARIOS:
@@ -104,6 +128,9 @@ def _parse_json(raw: bytes) -> list[Any]:
         body = json.loads(raw)
     except ValueError as error:
         raise InvalidInput(f"the body is not JSON: {error}", field="body") from None
+    except RecursionError:
+        raise InvalidInput("the body nests arrays or objects deeper than the JSON parser goes (about "
+                           f"{sys.getrecursionlimit()} levels)", field="body") from None
     if not isinstance(body, list):
         raise InvalidInput("the JSON body must be an array of evaluate request objects", field="body")
     if len(body) > MAX_WHATIF_SCENARIOS:
