@@ -14,6 +14,7 @@ import csv
 import datetime as dt
 import io
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -338,9 +339,21 @@ def _parse_json(text: str, name: str) -> Any:
         ) from None
 
 
+class _SafeLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that reads ``5e-3`` and ``1e3`` as numbers (YAML 1.1 wants a dot in a float and
+    leaves them strings, which the API's strict types refuse); nothing else changes."""
+
+
+_SafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def _parse_yaml(text: str, name: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_SafeLoader)  # noqa: S506 — a SafeLoader: no object construction
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = "" if mark is None else f" at line {mark.line + 1} column {mark.column + 1}"

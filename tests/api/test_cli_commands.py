@@ -141,6 +141,19 @@ def test_yaml_json_sniffed_and_stdin_bodies_give_the_same_answer(tmp_path):
     assert json.loads(outputs.pop())["ttft_s"]["p90"] > 0
 
 
+def test_yaml_exponent_floats_are_numbers(tmp_path, app):
+    # YAML 1.1 reads 5e-3 as a string; the API's strict types would refuse it
+    body = {"model": "meta-llama/Llama-3.1-8B", "gpu": "h100-sxm", "batch_size": 8, "context_tokens": 4000,
+            "calibration": {"step_overhead_s": 0.005}}
+    text = yaml.safe_dump(body, sort_keys=False).replace("step_overhead_s: 0.005", "step_overhead_s: 5e-3")
+    assert "5e-3" in text
+    path = tmp_path / "body.yaml"
+    path.write_text(text)
+    result = run("estimate", "decode", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == reference(app, "/v1/estimate/decode", body).text + "\n"
+
+
 def test_evaluate_table_shows_the_latency_percentiles_in_ms(tmp_path, app):
     result = run("evaluate", write_json(tmp_path / "body.json", EVALUATE))
     assert result.exit_code == 0, result.output
