@@ -25,6 +25,14 @@ class PlannerError(Exception):
         self.extra = extra
 
 
+class DeadlineExceeded(PlannerError):
+    """A search ran past the deadline its caller set (raised by the caller's checkpoint between stages)."""
+
+    slug = "deadline-exceeded"
+    title = "Search deadline exceeded"
+    status = 503
+
+
 class UnknownGpu(PlannerError):
     slug = "unknown-gpu"
     title = "Unknown GPU"

@@ -9,9 +9,12 @@ whose family was never fitted inherits the parameters of the family named in tha
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from importlib import resources
@@ -108,8 +111,11 @@ CATALOG_PACKAGE = "hardware_catalog"
 FAMILIES_DIR_NAME = "families"
 #: compute dtypes a catalog may give a peak for
 KNOWN_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
-#: a catalog file larger than this is refused unread [bytes]
+#: a catalog file larger than this is refused unread [bytes]; also bounds the model catalog's files
 MAX_CATALOG_FILE_BYTES = 256 * 1024
+#: deepest nesting of JSON arrays and objects a catalog file may have (GPU files need 4, the
+#: Hugging Face configs of the model catalog 7)
+MAX_CATALOG_JSON_DEPTH = 32
 
 _ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _GPU_KEYS = frozenset({"id", "vendor", "name", "family", "form_factor", "notes", "figures"})
@@ -205,8 +211,11 @@ def load_catalog(user_dir: Path | None = None) -> Mapping[str, GpuSpec]:
     ----------
     user_dir : Path, optional
         An operator's catalog directory (the API reads it from ``PLANNER_HARDWARE_DIR``; this module
-        never reads the environment). Symbolic links inside it, and anything that resolves outside
-        it, are refused.
+        never reads the environment). The directory itself is resolved once, like any path an
+        operator configures, so it may be a symbolic link; inside it, symbolic links, anything that
+        resolves outside it, entries that are not regular files (a ``families`` that is not a
+        directory, a FIFO named ``x.json``), files over ``MAX_CATALOG_FILE_BYTES``, non-UTF-8 text
+        and JSON nested deeper than ``MAX_CATALOG_JSON_DEPTH`` are refused.
 
     Returns
     -------
@@ -225,10 +234,12 @@ def load_catalog(user_dir: Path | None = None) -> Mapping[str, GpuSpec]:
         user_root = _user_root(Path(user_dir))
         gpu_files.update(_list_json(user_root, display=str(user_dir), confine=True))
         families = user_root / FAMILIES_DIR_NAME
+        family_display = str(Path(user_dir) / FAMILIES_DIR_NAME)
         if families.is_symlink():
-            _fail(str(Path(user_dir) / FAMILIES_DIR_NAME), "", "symbolic links are refused")
-        if families.is_dir():
-            family_display = str(Path(user_dir) / FAMILIES_DIR_NAME)
+            _fail(family_display, "", "symbolic links are refused")
+        if families.exists():
+            if not families.is_dir():
+                _fail(family_display, "", "must be a directory of <family>.json files")
             family_files.update(_list_json(families, display=family_display, confine=True))
     entries = {name: _parse_family(source, name) for name, source in family_files.items()}
     resolved: dict[str, tuple[EfficiencyParams, str, bool]] = {}
@@ -279,6 +290,7 @@ def _fail(file: str, field_name: str, message: str) -> NoReturn:
 
 
 def _user_root(user_dir: Path) -> Path:
+    """The resolved operator directory: the one symbolic link followed is the configured path itself."""
     if not user_dir.is_dir():
         _fail(str(user_dir), "", "hardware catalog directory does not exist or is not a directory")
     return user_dir.resolve()
@@ -317,15 +329,99 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _read_object(source: _CatalogFile) -> dict[str, Any]:
+def read_catalog_json(path: Path, *, display: str, strict: bool = True) -> Any:
+    """Parse one catalog file, bounding what a hostile or broken file can cost.
+
+    The file is opened without following a symbolic link in its last component and without
+    blocking (so a FIFO cannot stall the loader), must be a regular file of at most
+    ``MAX_CATALOG_FILE_BYTES``, of which at most one byte more is ever read, and must be UTF-8 JSON
+    nested at most ``MAX_CATALOG_JSON_DEPTH`` deep. The caller confines ``path`` to its directory.
+
+    Parameters
+    ----------
+    path : Path
+        The file to read.
+    display : str
+        How errors name the file (``CatalogError.extra["file"]``).
+    strict : bool, default True
+        Also refuse ``NaN``/``Infinity`` and duplicate keys (the hardware catalog's rules). The model
+        catalog passes False: its Hugging Face configs are parsed as Hugging Face parses them
+        (some Mamba configs hold ``Infinity``).
+
+    Returns
+    -------
+    Any
+        The parsed JSON value.
+
+    Raises
+    ------
+    CatalogError
+        With ``file`` = ``display`` and a message saying what was refused.
+    """
+    content = _read_regular_file(path, display)
     try:
-        size = source.path.stat().st_size
-        if size > MAX_CATALOG_FILE_BYTES:
-            _fail(source.display, "", f"file is larger than {MAX_CATALOG_FILE_BYTES} bytes")
-        text = source.path.read_bytes().decode("utf-8")
-        data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        _fail(source.display, "", f"not readable as UTF-8 JSON: {exc}")
+        text = content.decode("utf-8")
+        if strict:
+            data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        else:
+            data = json.loads(text)
+    except RecursionError:
+        _fail(display, "", f"JSON nested deeper than {MAX_CATALOG_JSON_DEPTH} levels")
+    except (UnicodeDecodeError, ValueError) as exc:
+        _fail(display, "", f"not readable as UTF-8 JSON: {exc}")
+    if _exceeds_depth(data, MAX_CATALOG_JSON_DEPTH):
+        _fail(display, "", f"JSON nested deeper than {MAX_CATALOG_JSON_DEPTH} levels")
+    return data
+
+
+def _read_regular_file(path: Path, display: str) -> bytes:
+    """At most ``MAX_CATALOG_FILE_BYTES`` of a regular file that is not a symbolic link."""
+    if path.is_symlink():
+        _fail(display, "", "symbolic links are refused")
+    # O_NOFOLLOW and O_NONBLOCK are POSIX, O_BINARY is Windows; each is 0 where it does not exist
+    flags = os.O_RDONLY
+    for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_BINARY"):
+        flags |= getattr(os, name, 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the last component became a link after the check above
+            _fail(display, "", "symbolic links are refused")
+        _fail(display, "", f"cannot be opened: {exc.strerror}")
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            _fail(display, "", "not a regular file")
+        if info.st_size > MAX_CATALOG_FILE_BYTES:
+            _fail(display, "", f"file is larger than the limit of {MAX_CATALOG_FILE_BYTES} bytes")
+        try:
+            content = handle.read(MAX_CATALOG_FILE_BYTES + 1)
+        except OSError as exc:
+            _fail(display, "", f"cannot be read: {exc.strerror}")
+    if len(content) > MAX_CATALOG_FILE_BYTES:  # grew after the fstat
+        _fail(display, "", f"file is larger than the limit of {MAX_CATALOG_FILE_BYTES} bytes")
+    return content
+
+
+def _exceeds_depth(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` levels (iterative: no recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if level > limit:
+            return True
+        stack.extend((child, level + 1) for child in children)
+    return False
+
+
+def _read_object(source: _CatalogFile) -> dict[str, Any]:
+    data = read_catalog_json(source.path, display=source.display)
     if not isinstance(data, dict):
         _fail(source.display, "", "the top level must be a JSON object")
     return data

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
 
 from planner.errors import CatalogError, UnknownModel, UnsupportedModel
+from planner.hardware import read_catalog_json
 
 AttentionKind = Literal["gqa", "mla", "linear"]
 Split = Literal["column", "row", "none"]
@@ -1339,23 +1339,30 @@ def _lookup_keys(entries: Mapping[str, CatalogEntry]) -> dict[str, str]:
 def load_model_catalog(directory: Path | None = None) -> ModelCatalog:
     """Read ``index.json`` and the config files of the model catalog.
 
+    Every file is read as ``planner.hardware.read_catalog_json`` reads a hardware catalog file: a
+    regular file, no symbolic link, at most ``planner.hardware.MAX_CATALOG_FILE_BYTES``, UTF-8 JSON
+    nested at most ``planner.hardware.MAX_CATALOG_JSON_DEPTH`` deep. A config's ``file`` in the
+    index is a relative path inside the directory: an absolute path, a ``..`` component, a
+    symbolic link on the way, or anything that resolves outside the directory is refused.
+
     Parameters
     ----------
     directory : pathlib.Path, optional
-        A catalog directory; default: the one shipped inside the package (``CATALOG_DIR``).
+        A catalog directory; default: the one shipped inside the package (``CATALOG_DIR``). It is
+        resolved once, like any configured path, so it may itself be a symbolic link.
 
     Raises
     ------
     planner.errors.CatalogError
-        A missing or malformed index or config file (names the file).
+        A missing, malformed or refused index or config file (names the file and why).
     """
-    root = CATALOG_DIR if directory is None else directory
+    root = _catalog_root(CATALOG_DIR if directory is None else Path(directory))
     index_path = root / "index.json"
-    try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
-        models = index["models"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CatalogError(f"model catalog index {index_path}: {exc}", file=str(index_path)) from exc
+    index = read_catalog_json(index_path, display=str(index_path), strict=False)
+    models = index.get("models") if isinstance(index, Mapping) else None
+    if not isinstance(models, Mapping):
+        raise CatalogError(f"model catalog index {index_path}: 'models' must be an object",
+                           file=str(index_path))
     entries: dict[str, CatalogEntry] = {}
     configs: dict[str, Mapping[str, Any]] = {}
     for model_id, meta in models.items():
@@ -1363,11 +1370,12 @@ def load_model_catalog(directory: Path | None = None) -> ModelCatalog:
         if not isinstance(file_name, str):
             raise CatalogError(f"model catalog index: {model_id}.file is missing", file=str(index_path))
         if file_name not in configs:
-            path = root / file_name
-            try:
-                configs[file_name] = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise CatalogError(f"model catalog file {path}: {exc}", file=str(path)) from exc
+            path = _confined_config_path(root, file_name, index_path=index_path, model_id=model_id)
+            config = read_catalog_json(path, display=str(path), strict=False)
+            if not isinstance(config, dict):
+                raise CatalogError(f"model catalog file {path}: the top level must be a JSON object",
+                                   file=str(path))
+            configs[file_name] = config
         entries[model_id] = CatalogEntry(
             id=model_id,
             file=file_name,
@@ -1378,3 +1386,47 @@ def load_model_catalog(directory: Path | None = None) -> ModelCatalog:
             unsupported_reason=meta.get("unsupported"),
         )
     return ModelCatalog(entries=entries, keys=_lookup_keys(entries))
+
+
+def _catalog_root(directory: Path) -> Path:
+    """The resolved catalog directory (the configured path itself is the one link followed)."""
+    if not directory.is_dir():
+        raise CatalogError(f"model catalog directory {directory} does not exist or is not a directory",
+                           file=str(directory))
+    return directory.resolve()
+
+
+def _confined_config_path(root: Path, file_name: str, *, index_path: Path, model_id: str) -> Path:
+    """``root / file_name`` (``root`` resolved) once no link or ``..`` can lead it outside ``root``.
+
+    Both separators count (``a\\..\\b`` is refused on every platform); a ``..`` component is
+    refused even when it would stay inside, so the index cannot depend on the layout around it.
+
+    Raises
+    ------
+    planner.errors.CatalogError
+        Naming the index, the model and the refused ``file``.
+    """
+
+    def refuse(why: str) -> CatalogError:
+        return CatalogError(
+            f"model catalog index {index_path}: models.{model_id}.file {file_name!r}: {why}",
+            file=str(index_path), field=f"models.{model_id}.file",
+        )
+
+    if not file_name.strip() or "\x00" in file_name:
+        raise refuse("must be a non-empty relative path without NUL characters")
+    windows = PureWindowsPath(file_name)
+    if PurePosixPath(file_name).is_absolute() or windows.is_absolute() or windows.drive or windows.root:
+        raise refuse("absolute paths are refused")
+    parts = PurePosixPath(file_name.replace("\\", "/")).parts
+    if ".." in parts:
+        raise refuse("'..' components are refused")
+    current = root
+    for part in parts:
+        current = current / part
+        if current.is_symlink():
+            raise refuse(f"symbolic links are refused ({current} is one)")
+    if not current.resolve().is_relative_to(root):
+        raise refuse(f"resolves outside the catalog directory {root}")
+    return current

@@ -147,6 +147,8 @@ async def _planner_error(request: Request, exc: Exception) -> ProblemResponse:
         title=exc.title,
         detail=exc.detail,
         instance=request.url.path,
+        # a deadline hit under load may pass on a retry; the problem says how to narrow the search otherwise
+        headers={"Retry-After": "1"} if exc.status == 503 else None,
         extra=exc.extra,
     )
 
@@ -203,6 +205,7 @@ _DESCRIPTIONS = {
     413: "Request body or inline model_config too large",
     422: "Invalid input (names the field) or an impossible configuration",
     500: "Unexpected failure (logged; no details leak)",
+    503: "The search passed its deadline (names the deadline and the stage reached; Retry-After: 1)",
 }
 
 

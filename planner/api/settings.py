@@ -27,6 +27,11 @@ class Settings(BaseSettings):
         a JSON list; ``*`` for any). Empty: no CORS headers.
     access_log
         One structured line per request on the ``planner.access`` logger (``PLANNER_ACCESS_LOG``).
+    search_deadline_s
+        Wall-clock seconds a plan search may run (``PLANNER_SEARCH_DEADLINE_S``); past it the request
+        answers a 503 problem naming the deadline and the stage reached.
+    whatif_deadline_s
+        Wall-clock seconds one what-if batch may run (``PLANNER_WHATIF_DEADLINE_S``), with the same answer.
     """
 
     model_config = SettingsConfigDict(env_prefix="PLANNER_", frozen=True, extra="ignore")
@@ -35,6 +40,8 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(None, min_length=1)
     cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
     access_log: bool = True
+    search_deadline_s: float = Field(30.0, gt=0, le=3600)
+    whatif_deadline_s: float = Field(300.0, gt=0, le=3600)
 
     @field_validator("cors_origins", mode="before")
     @classmethod

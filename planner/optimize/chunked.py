@@ -23,8 +23,10 @@ from planner.errors import InvalidInput
 from planner.optimize import capacity as C
 from planner.optimize.common import (
     TIE_FRACTION,
+    Checkpoint,
     confirmed_nearest_slo,
     open_loop,
+    tick,
     verified_evaluation,
 )
 from planner.serving.aggregated import AggregatedModel, stack_models
@@ -57,6 +59,8 @@ class ChunkedSearch:
     target_rate_per_s: float | None = None
     token_budgets: tuple[int, ...] = DEFAULT_TOKEN_BUDGETS
     max_batch_sizes: tuple[int, ...] = DEFAULT_MAX_BATCH_SIZES
+    #: called between the search's stages (see ``planner.optimize.common.Checkpoint``)
+    checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -408,6 +412,7 @@ def _plan_chunked(search: ChunkedSearch, find_nearest: bool) -> ChunkedPlan:
     per_rep = None if search.target_rate_per_s is None else search.target_rate_per_s / reps
     chunked = dataclasses.replace(dep, chunked_prefill=True)
     base = dataclasses.replace(problem, deployment=chunked)
+    tick(search.checkpoint, "chunk-budget grid")
     opt = aggregated_option(
         base,
         slo,
@@ -435,6 +440,7 @@ def _plan_chunked(search: ChunkedSearch, find_nearest: bool) -> ChunkedPlan:
     else:
         order = sorted(feasible_points, key=lambda p: (p.token_budget != opt.token_budget, p.ttft_s or np.inf))
     for point in order[:4]:
+        tick(search.checkpoint, "verification")
         chosen = dataclasses.replace(chunked, token_budget=point.token_budget, max_batch_size=point.max_batch_size)
         rate = point.max_rate_per_s if per_rep is None else float(search.target_rate_per_s or 0.0)
         ev, rate, ok = verified_evaluation(
@@ -469,6 +475,7 @@ def _plan_chunked(search: ChunkedSearch, find_nearest: bool) -> ChunkedPlan:
     if find_nearest:
 
         def feasible(s: Slo) -> bool:
+            tick(search.checkpoint, "nearest feasible SLO")
             o = aggregated_option(
                 base,
                 s,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TypeAlias
 
 import numpy as np
 
@@ -20,6 +21,17 @@ MAX_BACKOFFS = 20
 #: a searched capacity is verified this fraction below itself: the searches bracket the SLO boundary to about
 #: 1/289 of a curve cell (~0.25 % of the rate), so the full evaluation can land just past it
 SEARCH_MARGIN = 3e-3
+
+
+#: called by a search between its stages with the stage's name; it may raise (the API's raises
+#: ``DeadlineExceeded`` past the request's deadline). The core never reads the clock itself.
+Checkpoint: TypeAlias = Callable[[str], None]
+
+
+def tick(checkpoint: Checkpoint | None, stage: str) -> None:
+    """Call ``checkpoint`` (when there is one) with the stage a search is about to run."""
+    if checkpoint is not None:
+        checkpoint(stage)
 
 
 def open_loop(workload: Workload, rate_per_s: float, arrival_cv: float) -> Workload:

@@ -13,7 +13,7 @@ by ``evaluate`` and its metrics are that evaluation's.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -23,7 +23,13 @@ from planner.costs.passes import mixed_step_latency_many
 from planner.costs.types import CostContext, Parallelism
 from planner.errors import InvalidInput, PlannerError
 from planner.hardware import GpuSpec
-from planner.optimize.common import TIE_FRACTION, confirmed_nearest_slo, verified_evaluation
+from planner.optimize.common import (
+    TIE_FRACTION,
+    Checkpoint,
+    confirmed_nearest_slo,
+    tick,
+    verified_evaluation,
+)
 from planner.optimize.pools import DecodeVariant, PrefillVariant, decode_capacity, prefill_capacity
 from planner.serving.disaggregated import NUM_BATCH_POINTS, choose_link, kv_transfer_s
 from planner.serving.types import DisaggregatedDeployment, Evaluation, KvLink, PoolSpec, ServingProblem, Slo
@@ -62,6 +68,8 @@ class DisaggregatedSearch:
     #: what a target rate minimizes: "auto" (cost when every candidate has a price, else GPUs), "gpus", "cost",
     #: or "cost_per_token" (cost per served request, also with a budget)
     minimize: Literal["auto", "gpus", "cost", "cost_per_token"] = "auto"
+    #: called between the search's stages (see ``planner.optimize.common.Checkpoint``)
+    checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -475,6 +483,7 @@ def plan_disaggregated(
         )
     if not search.prefill_candidates or not search.decode_candidates:
         raise InvalidInput("give at least one candidate for each pool", field="prefill")
+    tick(search.checkpoint, "pool grids")
     pools = _prepare(search, requests, times)
     assumptions = [
         "prefill workers run one prompt per pass, first come first served from one queue (M/G/c, Allen–Cunneen)",
@@ -495,6 +504,7 @@ def plan_disaggregated(
         k, obj = _pick(search, cells, exclude)
         if k is None:
             break
+        tick(search.checkpoint, "verification")
         plan = _verify(search, pools, cells, k, obj, assumptions)
         if plan is not None:
             return plan
@@ -533,6 +543,7 @@ def _bindings(search: DisaggregatedSearch, cells: _Cells) -> list[str]:
 
 def _near(search: DisaggregatedSearch, pools: _Pools) -> Slo | None:
     def feasible(s: Slo) -> bool:
+        tick(search.checkpoint, "nearest feasible SLO")
         k, _ = _pick(search, _cells(search, pools, s), set())
         return k is not None
 

@@ -36,7 +36,7 @@ from planner.optimize.chunked import (
     capacity_options,
     prepare_aggregated,
 )
-from planner.optimize.common import meets_slo, scaled_slo, verified_evaluation
+from planner.optimize.common import Checkpoint, meets_slo, scaled_slo, tick, verified_evaluation
 from planner.optimize.disaggregated import (
     DisaggregatedPlan,
     DisaggregatedSearch,
@@ -72,6 +72,8 @@ class PlanSearch:
     price_per_gpu_hour_usd: dict[str, float] | None = None
     token_budgets: tuple[int, ...] = PLAN_TOKEN_BUDGETS
     max_batch_sizes: tuple[int, ...] = PLAN_MAX_BATCH_SIZES
+    #: called between the search's stages (see ``planner.optimize.common.Checkpoint``)
+    checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,6 +191,7 @@ def _plan(search: PlanSearch, find_nearest: bool) -> Plan:
     ] = []
     longest = math.ceil(problem.workload.input_tokens.max)
     for gpu in search.gpus:
+        tick(search.checkpoint, f"grids of {gpu.id}")
         for tp in search.tensor_parallel:
             par = Parallelism(tp=tp)
             for mode in ("aggregated_chunked", "aggregated_unchunked"):
@@ -230,6 +233,7 @@ def _plan(search: PlanSearch, find_nearest: bool) -> Plan:
             target_rate_per_s=search.target_rate_per_s,
             arrival_cv=search.arrival_cv,
             price_per_gpu_hour_usd=search.price_per_gpu_hour_usd,
+            checkpoint=search.checkpoint,
             minimize={
                 "goodput_per_gpu": "gpus",
                 "gpus_needed": "gpus",
@@ -238,7 +242,9 @@ def _plan(search: PlanSearch, find_nearest: bool) -> Plan:
         )
         disagg_requests = pool_requests(disagg_search)
     # one cost-model call per (GPU, TP) for every mode's grids
+    tick(search.checkpoint, "cost model")
     agg_times, disagg_times = _batched(agg, disagg_requests)
+    tick(search.checkpoint, "capacities")
     configs: list[Configuration] = []
     options: list[tuple[Configuration, AggregatedOption, int]] = []
     found = capacity_options([a[3] for a in agg], agg_times, slo, arrival_cv=search.arrival_cv)
@@ -398,6 +404,7 @@ def _verify_top(
     out = []
     for k, cfg in enumerate(ranked):
         if k < NUM_VERIFIED and cfg.mode != "disaggregated" and cfg.evaluation is None:
+            tick(search.checkpoint, "verification")
             assert cfg.gpu is not None and cfg.replicas is not None and cfg.parallelism is not None
             gpu = next(g for g in search.gpus if g.id == cfg.gpu)
             dep = AggregatedDeployment(

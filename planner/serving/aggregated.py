@@ -35,7 +35,6 @@ from planner.costs.memory import memory_plan
 from planner.costs.passes import mixed_step_latency_s
 from planner.costs.types import CostContext
 from planner.errors import ModelDoesNotFit, UnsupportedConfiguration
-from planner.serving import queueing as Q
 from planner.serving.types import AggregatedDeployment, ServingProblem
 
 FloatArray = NDArray[np.float64]

@@ -24,8 +24,9 @@ from scipy import stats
 from planner.costs.passes import mixed_step_latency_s
 from planner.errors import InvalidInput, PlannerError
 from planner.serving import queueing as Q
-from planner.serving.aggregated import AggregatedModel, SteadyState
-from planner.serving.disaggregated import DisaggregatedModel, DisaggState
+from planner.serving.aggregated import AggregatedModel
+from planner.serving.batch import evaluate_open_loop_rows, row_evaluation, slo_columns
+from planner.serving.disaggregated import DisaggregatedModel
 from planner.serving.types import (
     AggregatedDeployment,
     Evaluation,
@@ -147,6 +148,12 @@ def _state_key(problem: ServingProblem, table_key: tuple) -> tuple:
     return tuple(parts)
 
 
+def replica_model(problem: ServingProblem, memo: TableMemo) -> AggregatedModel:
+    """The replica model ``evaluate`` builds for an aggregated ``problem``, shared through ``memo`` with every
+    problem that differs from it only in load, replicas or SLO (what-if batches evaluate those as columns)."""
+    return _tabulated_model(problem, memo)
+
+
 def _tabulated_model(problem: ServingProblem, memo: TableMemo | None) -> AggregatedModel:
     if memo is None:
         return AggregatedModel(problem)
@@ -235,6 +242,10 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
             f"without chunked prefill the token budget ({dep.token_budget}) must hold the longest prompt "
             f"({int(w.input_tokens.max)} tokens), as vLLM requires", field="deployment.token_budget")
     model = _tabulated_model(problem, table_memo)
+    if w.arrival.kind != "closed_loop":  # open loop: the batch evaluation, a batch of one
+        rows = evaluate_open_loop_rows(problem, model, np.array([float(w.arrival.rate_per_s)]),
+                                       np.array([dep.replicas]), **slo_columns(problem.slo, 1))
+        return row_evaluation(rows, 0, problem.slo)
     replicas = active_replicas(problem, dep.replicas)
     lam, scv, scale, extra, overloaded, st = _operating_rate(model, problem, replicas)
     saturated = extra > 0

@@ -140,3 +140,78 @@ def weighted_quantiles(values: ArrayLike, weights: ArrayLike, quantiles: ArrayLi
     cdf = np.cumsum(w[order]) / w.sum()
     idx = np.minimum(np.searchsorted(cdf, np.asarray(quantiles) - 1e-12), len(v) - 1)
     return v[order][idx]
+
+
+def weighted_quantiles_rows(values: FloatArray, weights: FloatArray, quantiles: ArrayLike) -> FloatArray:
+    """:func:`weighted_quantiles` of each row of ``values`` (n, M) with ``weights`` (n, M) or (M,);
+    ``quantiles`` (nq,) for every row, or (n, nq). Returns (n, nq)."""
+    v = np.asarray(values, dtype=np.float64)
+    w = np.broadcast_to(np.asarray(weights, dtype=np.float64), v.shape)
+    q = np.asarray(quantiles, dtype=np.float64)
+    q = np.broadcast_to(q if q.ndim == 2 else q[None, :], (v.shape[0], q.shape[-1]))
+    order = np.argsort(v, axis=1)
+    vs = np.take_along_axis(v, order, axis=1)
+    cdf = np.cumsum(np.take_along_axis(w, order, axis=1), axis=1) / np.sum(w, axis=1, keepdims=True)
+    # searchsorted per row (side "left"): how many of the row's CDF values lie below the target
+    idx = np.sum(cdf[:, None, :] < (q - 1e-12)[:, :, None], axis=2)
+    return np.take_along_axis(vs, np.minimum(idx, v.shape[1] - 1), axis=1)
+
+
+def shifted_wait_quantiles_rows(shifts_s: FloatArray, weights: FloatArray, p_wait: FloatArray,
+                                mean_wait_s: FloatArray, quantiles: ArrayLike) -> FloatArray:
+    """Exact quantiles of ``W + S`` per row (the law of :func:`quantiles_of_shifted_wait` with one waiting
+    regime a row): ``S`` takes ``shifts_s[r, i]`` with probability ``weights[i]`` (or ``weights[r, i]``),
+    ``W`` is 0 with probability ``1 − p_wait[r]`` and otherwise exponential with mean
+    ``mean_wait_s[r] / p_wait[r]``. Returns (n, nq).
+
+    With the shifts sorted, between two of them the CDF is ``F(t) = W_k − p·G_k·exp(−(t − s_k)/θ)`` (``W_k``
+    the mass of the shifts up to ``s_k``, ``G_k = Σ_{i≤k} w_i·exp(−(s_k − s_i)/θ)``, a stable recurrence), so
+    each quantile is either a shift (where the CDF jumps past it) or ``s_k + θ·ln(p·G_k / (W_k − q))``: a
+    closed form, exact to rounding.
+    """
+    s = np.asarray(shifts_s, dtype=np.float64)
+    n, m = s.shape
+    w = np.broadcast_to(np.asarray(weights, dtype=np.float64), s.shape)
+    q = np.atleast_1d(np.asarray(quantiles, dtype=np.float64))
+    p = np.asarray(p_wait, dtype=np.float64).reshape(n)
+    mw = np.asarray(mean_wait_s, dtype=np.float64).reshape(n)
+    waits = (p > 0) & (mw > 0)
+    p = np.where(waits, p, 0.0)
+    theta = np.where(waits, mw / np.where(waits, p, 1.0), 1.0)
+    order = np.argsort(s, axis=1)
+    s = np.take_along_axis(s, order, axis=1)
+    w = np.take_along_axis(w, order, axis=1)
+    w = w / np.sum(w, axis=1, keepdims=True)
+    mass = np.cumsum(w, axis=1)
+    decay = np.exp(-np.diff(s, axis=1) / theta[:, None])  # (n, m − 1), each ≤ 1
+    g = np.empty_like(s)
+    g[:, 0] = w[:, 0]
+    for k in range(1, m):
+        g[:, k] = g[:, k - 1] * decay[:, k - 1] + w[:, k]
+    at = mass - p[:, None] * g  # F(s_k), just past the jump at s_k
+    # F just before the next shift (F(∞) = 1 after the last one)
+    before_next = np.concatenate([mass[:, :-1] - p[:, None] * g[:, :-1] * decay, np.ones((n, 1))], axis=1)
+    target = q[None, :] - 1e-15
+    k = np.minimum(np.sum(before_next[:, None, :] < target[:, :, None], axis=2), m - 1)  # (n, nq)
+    s_k = np.take_along_axis(s, k, axis=1)
+    g_k = np.take_along_axis(g, k, axis=1)
+    left = np.take_along_axis(mass, k, axis=1) - q[None, :]
+    jump = np.take_along_axis(at, k, axis=1) >= target
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inside = s_k + theta[:, None] * np.log(p[:, None] * g_k / np.maximum(left, 1e-300))
+    out = np.where(jump | (p[:, None] <= 0), s_k, np.maximum(inside, s_k))
+    return np.maximum.accumulate(out[:, np.argsort(q)], axis=1)[:, np.argsort(np.argsort(q))]
+
+
+def shifted_wait_cdf_rows(t: FloatArray, shifts_s: FloatArray, weights: FloatArray, p_wait: FloatArray,
+                          mean_wait_s: FloatArray) -> FloatArray:
+    """``P(W + S ≤ t[r])`` per row, for the law of :func:`shifted_wait_quantiles_rows`. Returns (n,)."""
+    s = np.asarray(shifts_s, dtype=np.float64)
+    w = np.broadcast_to(np.asarray(weights, dtype=np.float64), s.shape)
+    p = np.asarray(p_wait, dtype=np.float64)[:, None]
+    m = np.asarray(mean_wait_s, dtype=np.float64)[:, None]
+    waits = (p > 0) & (m > 0)
+    theta = np.where(waits, m / np.where(waits, p, 1.0), 1.0)
+    gap = np.asarray(t, dtype=np.float64)[:, None] - s
+    tail = np.where(waits, p * np.exp(-np.maximum(gap, 0.0) / theta), 0.0)
+    return np.sum(w * (gap >= 0) * (1.0 - tail), axis=1) / np.sum(w, axis=1)

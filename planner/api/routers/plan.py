@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, fields, is_dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
 from planner.api.catalogs import Catalogs, CatalogsDep
+from planner.api.deadline import deadline_checkpoint
 from planner.api.plan_schemas import (
     MetricsOut,
     PlanChunkedRequest,
@@ -33,6 +34,7 @@ from planner.api.routers.evaluate import (
     parallelism_out,
     resolve_gpu,
 )
+from planner.api.settings import Settings, get_settings
 from planner.costs import Parallelism
 from planner.errors import InvalidInput
 from planner.hardware import GpuSpec
@@ -47,7 +49,8 @@ from planner.optimize.plan import PlanSearch, plan
 from planner.serving.types import AggregatedDeployment, Evaluation, ServingProblem, Slo
 from planner.serving.workload import Arrival, Workload
 
-router = APIRouter(prefix="/plan", tags=["plan"], responses=problem_responses([400, 404, 413, 422, 500]))
+router = APIRouter(prefix="/plan", tags=["plan"], responses=problem_responses([400, 404, 413, 422, 500, 503]))
+SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
 def _workload(body: PlanWorkloadIn) -> tuple[Workload, float | None, float]:
@@ -133,7 +136,7 @@ def _problem(
 
 
 @router.post("/chunked", response_model=PlanChunkedResponse)
-def plan_chunk_budget(body: PlanChunkedRequest, catalogs: CatalogsDep) -> PlanChunkedResponse:
+def plan_chunk_budget(body: PlanChunkedRequest, catalogs: CatalogsDep, settings: SettingsDep) -> PlanChunkedResponse:
     """The token budget and max batch size that serve the most load within the SLO (or, at a target load,
     give the lowest TTFT within it), with the whole budget → TTFT, ITL, throughput, chunk-overhead curve."""
     workload, arrival_rate, cv = _workload(body.workload)
@@ -152,6 +155,7 @@ def plan_chunk_budget(body: PlanChunkedRequest, catalogs: CatalogsDep) -> PlanCh
             target_rate_per_s=target,
             token_budgets=tuple(body.token_budgets or DEFAULT_TOKEN_BUDGETS),
             max_batch_sizes=tuple(body.max_batch_sizes or DEFAULT_MAX_BATCH_SIZES),
+            checkpoint=deadline_checkpoint(settings.search_deadline_s),
         )
     )
     return PlanChunkedResponse.model_validate(
@@ -192,7 +196,7 @@ def _candidates(
 
 
 @router.post("/disaggregated", response_model=PlanDisaggregatedResponse)
-def plan_pool_split(body: PlanDisaggregatedRequest, catalogs: CatalogsDep) -> PlanDisaggregatedResponse:
+def plan_pool_split(body: PlanDisaggregatedRequest, catalogs: CatalogsDep, settings: SettingsDep) -> PlanDisaggregatedResponse:
     """Prefill and decode worker counts, GPU and tensor-parallel degree per pool: the most goodput within a GPU
     budget, or the fewest GPUs (lowest cost with prices) for a target rate; pool utilizations, the KV-transfer
     load against the link, and which pool limits."""
@@ -235,6 +239,7 @@ def plan_pool_split(body: PlanDisaggregatedRequest, catalogs: CatalogsDep) -> Pl
             max_workers_per_pool=body.max_workers_per_pool,
             price_per_gpu_hour_usd=body.price_per_gpu_hour_usd,
             minimize=body.minimize,
+            checkpoint=deadline_checkpoint(settings.search_deadline_s),
         )
     )
     ev = result.evaluation
@@ -280,7 +285,7 @@ def plan_pool_split(body: PlanDisaggregatedRequest, catalogs: CatalogsDep) -> Pl
 
 
 @router.post("", response_model=PlanResponse)
-def plan_deployment(body: PlanRequest, catalogs: CatalogsDep) -> PlanResponse:
+def plan_deployment(body: PlanRequest, catalogs: CatalogsDep, settings: SettingsDep) -> PlanResponse:
     """Ranked configurations across aggregated (chunked, unchunked) and disaggregated modes, GPUs and
     tensor-parallel degrees by the objective, the Pareto frontier of throughput per GPU against tokens per
     second per user, and a recommendation with its reasons."""
@@ -301,6 +306,7 @@ def plan_deployment(body: PlanRequest, catalogs: CatalogsDep) -> PlanResponse:
             objective=body.objective,
             arrival_cv=cv,
             price_per_gpu_hour_usd=body.price_per_gpu_hour_usd,
+            checkpoint=deadline_checkpoint(settings.search_deadline_s),
         )
     )
     notes = inherited_efficiency_notes(gpus)

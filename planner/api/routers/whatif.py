@@ -5,24 +5,38 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+import orjson
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from planner.api.catalogs import Catalogs, CatalogsDep
+from planner.api.deadline import deadline_checkpoint
 from planner.api.problems import problem_body, problem_responses, validation_problem_body
 from planner.api.routers.evaluate import build_problem, evaluation_response
 from planner.api.serving_schemas import EvaluateRequest
+from planner.api.settings import Settings, get_settings
+from planner.api.whatif_columns import (
+    MIN_GROUP,
+    GroupResult,
+    columnar_group,
+    split_csv_rows,
+    split_json_row,
+    valid_rows,
+)
 from planner.api.whatif_schemas import MAX_WHATIF_BODY_BYTES, MAX_WHATIF_SCENARIOS, WhatifResponse
 from planner.errors import InvalidInput, PlannerError, RequestTooLarge, UnsupportedMediaType
 from planner.serving.evaluate import TableMemo, evaluate
 
-router = APIRouter(prefix="/whatif", tags=["whatif"], responses=problem_responses([413, 415, 422, 500]))
+router = APIRouter(prefix="/whatif", tags=["whatif"], responses=problem_responses([413, 415, 422, 500, 503]))
+SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 JSON, CSV, NDJSON = "application/json", "text/csv", "application/x-ndjson"
 #: scenarios evaluated between two NDJSON writes
@@ -89,6 +103,23 @@ def _nest(row: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+class _LazyRows(Sequence[Any]):
+    """The CSV scenarios as evaluate request objects, nested from their cells when first asked for (a grouped
+    scenario never is); a row whose columns clash is its own ``InvalidInput``."""
+
+    def __init__(self, inputs: Sequence[Mapping[str, str]]) -> None:
+        self._inputs = inputs
+
+    def __len__(self) -> int:
+        return len(self._inputs)
+
+    def __getitem__(self, i: int) -> Any:  # type: ignore[override]
+        try:
+            return _nest(self._inputs[i])
+        except InvalidInput as error:  # this row's own problem
+            return error
+
+
 def _too_many(n: int) -> RequestTooLarge:
     return RequestTooLarge(f"{n} scenarios; one request takes at most {MAX_WHATIF_SCENARIOS}",
                            field="body", limit_scenarios=MAX_WHATIF_SCENARIOS, num_scenarios=n)
@@ -141,7 +172,7 @@ def _parse_json(raw: bytes) -> list[Any]:
 # ------------------------------------------------------------------------------------------- evaluation
 def _answer_rows(rows: Sequence[Any], catalogs: Catalogs, instance: str, start: int = 0,
                  memo: TableMemo | None = None) -> list[dict[str, Any]]:
-    """One result or problem per row (JSON-ready); scenarios of equal deployments share their cost grid."""
+    """One result or problem per row (JSON-ready), one row at a time; equal deployments share their grid."""
     memo = {} if memo is None else memo
     out = []
     for i, row in enumerate(rows, start=start):
@@ -163,6 +194,94 @@ def _answer_rows(rows: Sequence[Any], catalogs: Catalogs, instance: str, start: 
     return out
 
 
+#: one scenario's answer: a JSON-ready answer object, or (its group's columns, its index in the group)
+Entry = dict[str, Any] | tuple[GroupResult, int]
+
+
+def _answer_all(num_rows: int, row_of: Callable[[int], Any], splits: Sequence[tuple[Any, dict[str, Any]] | None],
+                catalogs: Catalogs, instance: str, checkpoint: Callable[[str], None]) -> list[Entry]:
+    """Every scenario's answer, in order: groups that differ only in rate, replicas and SLO as columns
+    (``whatif_columns``), the rest row by row. A group whose first scenario is refused for a reason no grouped
+    field is part of (an unknown GPU, say) gives every scenario of the group that problem."""
+    memo: TableMemo = {}
+    answers: list[Entry | None] = [None] * num_rows
+    groups: dict[Any, list[int]] = {}
+    single: list[int] = []
+    for i, split in enumerate(splits):
+        if split is None:
+            single.append(i)
+        else:
+            groups.setdefault(split[0], []).append(i)
+    for key in list(groups):
+        members = groups[key]
+        ok = valid_rows(members, [splits[i][1] for i in members])  # type: ignore[index]
+        if len(ok) < len(members):
+            single.extend(sorted(set(members) - set(ok)))
+            groups[key] = ok
+    for members in groups.values():
+        if not members:
+            continue
+        if len(members) < MIN_GROUP:
+            single.extend(members)
+            continue
+        checkpoint("a group of scenarios")
+        first = row_of(members[0])
+        result = columnar_group(first, [splits[i][1] for i in members], catalogs, memo)  # type: ignore[index]
+        if result is not None:
+            for j, i in enumerate(members):
+                answers[i] = (result, j)
+            continue
+        head = _answer_rows([first], catalogs, instance, start=members[0], memo=memo)[0]
+        if head["status"] == "error" and not _names_grouped_field(head["error"]):
+            for i in members:
+                answers[i] = {**head, "row": i}
+        else:
+            answers[members[0]] = head
+            single.extend(members[1:])
+    single.sort()
+    for k in range(0, len(single), STREAM_CHUNK):
+        checkpoint("scenarios row by row")
+        for i in single[k:k + STREAM_CHUNK]:
+            if answers[i] is None:
+                answers[i] = _answer_rows([row_of(i)], catalogs, instance, start=i, memo=memo)[0]
+    return answers  # type: ignore[return-value]
+
+
+def _names_grouped_field(problem: dict[str, Any]) -> bool:
+    """Does a problem name a field a group's scenarios may differ in (or no field at all)? Then it may not hold
+    for the group's other scenarios."""
+    named = [e.get("field", "") for e in problem.get("errors", [])] or [problem.get("field", "")]
+    return any(not f or f == "body" or f.startswith(_GROUPED_PREFIXES) for f in named)
+
+
+#: the fields (and the objects holding them) a group's scenarios may differ in
+_GROUPED_PREFIXES = ("slo", "workload.arrival", "deployment.replicas")
+
+
+def _answer_texts(entries: list[Entry]) -> list[str]:
+    """Each answer as JSON text (a group's rows from its template, see ``GroupResult.json_texts``)."""
+    texts: dict[int, list[str] | None] = {}
+    out = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, tuple):
+            group, j = entry
+            if id(group) not in texts:
+                texts[id(group)] = group.json_texts()
+            rows = texts[id(group)]
+            if rows is not None:
+                out.append(f'{{"row":{i},"status":"ok","result":{rows[j]}}}')
+                continue
+        out.append(orjson.dumps(_result_of(entry, i)).decode())
+    return out
+
+
+def _result_of(entry: Entry, i: int) -> dict[str, Any]:
+    if isinstance(entry, tuple):
+        group, j = entry
+        return {"row": i, "status": "ok", "result": group.result(j)}
+    return entry
+
+
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
     if isinstance(value, dict):
         for k, v in value.items():
@@ -174,25 +293,85 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def _csv_answer(columns: list[str], inputs: list[dict[str, str]], answers: list[dict[str, Any]]) -> str:
-    flat_rows, out_columns = [], {}
-    for ans in answers:
-        flat: dict[str, Any] = {}
-        if ans["status"] == "ok":
-            result = {k: v for k, v in ans["result"].items() if k not in _ECHOES}
-            _flatten(result, "", flat)
-        for k in flat:
-            out_columns.setdefault(k, None)
-        err = ans.get("error") or {}
-        flat_rows.append((ans, flat, err.get("detail", "")))
+def _csv_answer(columns: list[str], inputs: Sequence[Mapping[str, str]], entries: list[Entry]) -> str:
+    out_columns: dict[str, None] = {}
+    flat_rows: list[tuple[dict[str, Any], str] | None] = []
+    groups: dict[int, tuple[GroupResult, dict[str, Any], list[int]]] = {}
+    for i, entry in enumerate(entries):
+        if isinstance(entry, tuple):
+            group = entry[0]
+            if id(group) not in groups:
+                flat: dict[str, Any] = {}
+                _flatten({k: v for k, v in group.template.items() if k not in _ECHOES}, "", flat)
+                groups[id(group)] = (group, flat, [])
+                out_columns.update(dict.fromkeys(flat))
+            groups[id(group)][2].append(i)  # a group's rows come in its own order
+            flat_rows.append(None)
+            continue
+        flat = {}
+        if entry["status"] == "ok":
+            _flatten({k: v for k, v in entry["result"].items() if k not in _ECHOES}, "", flat)
+        out_columns.update(dict.fromkeys(flat))
+        flat_rows.append((flat, (entry.get("error") or {}).get("detail", "")))
     header = columns + ["row", "status", "error"] + [c for c in out_columns if c not in columns]
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
+    outputs = header[len(columns) + 3:]
+    lines: list[str] = [""] * len(entries)
+    # a group's rows column by column (its template's values where they do not vary), joined in C: the csv
+    # module's writer and per-field Python code cost several times more
+    for group, flat, rows in groups.values():
+        varying = group.flat_columns()
+        cols: list[Iterable[str]] = [_csv_column([inputs[i].get(c, "") for i in rows]) for c in columns]
+        cols += [map(str, rows), repeat("ok"), repeat("")]
+        for c in outputs:
+            cols.append(_csv_column(varying[c]) if c in varying else repeat(_csv_field(
+                "" if flat.get(c) is None else flat[c])))
+        for i, line in zip(rows, map(",".join, zip(*cols, strict=False)), strict=False):
+            lines[i] = line
+    sink = _LineSink()
+    writer = csv.writer(sink, lineterminator="")
+    for i, (src, entry, done) in enumerate(zip(inputs, entries, flat_rows, strict=True)):
+        if done is not None:
+            flat, err = done
+            writer.writerow([src.get(c, "") for c in columns] + [entry["row"], entry["status"], err]  # type: ignore[index]
+                            + ["" if flat.get(c) is None else flat[c] for c in outputs])
+            lines[i] = sink.last
+    sink.last = ""
     writer.writerow(header)
-    for src, (ans, flat, err) in zip(inputs, flat_rows, strict=True):
-        writer.writerow([src.get(c, "") for c in columns] + [ans["row"], ans["status"], err]
-                        + ["" if flat.get(c) is None else flat[c] for c in header[len(columns) + 3:]])
-    return buf.getvalue()
+    return sink.last + "\n" + "".join(line + "\n" for line in lines)
+
+
+class _LineSink:
+    """The file the csv writer writes one row to at a time."""
+
+    last = ""
+
+    def write(self, text: str) -> int:
+        self.last = text
+        return len(text)
+
+
+def _csv_column(values: list[Any]) -> list[str]:
+    """A column of values as CSV fields (None is an empty field). Floats are written by orjson (shortest
+    round-trip form, as repr, several times faster)."""
+    kinds = set(map(type, values))
+    if kinds == {float}:
+        return orjson.dumps(values)[1:-1].decode().split(",") if values else []
+    if kinds == {str}:
+        joined = "".join(values)
+        if _NEEDS_QUOTES.search(joined) is None:
+            return values
+    return [_csv_field("" if v is None else v) for v in values]
+
+
+_NEEDS_QUOTES = re.compile(r'[",\r\n]')
+
+
+def _csv_field(value: Any) -> str:
+    """One CSV field as the csv module writes it (minimal quoting, "" inside quotes)."""
+    text = value if type(value) is str else str(value)
+    if _NEEDS_QUOTES.search(text) is None:
+        return text
+    return '"' + text.replace('"', '""') + '"'
 
 
 def _preferred(accept: str) -> str:
@@ -238,12 +417,12 @@ _OPENAPI = {
                  "example": '{"row": 0, "status": "ok", "result": {"...": "..."}}\n'},
     }, "description": "One answer per scenario, by the request's Accept: JSON (default), CSV (the input "
                       "columns, then row, status, error and the dotted evaluate outputs) or NDJSON (one "
-                      "object per line, streamed as rows are evaluated)."}},
+                      "object per line, streamed)."}},
 }
 
 
 @router.post("", response_model=WhatifResponse, openapi_extra=_OPENAPI)
-async def whatif(request: Request, catalogs: CatalogsDep) -> Response:
+async def whatif(request: Request, catalogs: CatalogsDep, settings: SettingsDep) -> Response:
     """Evaluate many scenarios in one request: a JSON array of evaluate bodies or a CSV upload with one scenario
     per row. A bad scenario answers its own problem in its row and never fails the batch; scenarios on the
     same deployment and lengths share the cost model's grid. Answers as JSON, CSV or streamed NDJSON, by
@@ -255,36 +434,35 @@ async def whatif(request: Request, catalogs: CatalogsDep) -> Response:
     raw = await request.body()
     instance = request.url.path
     if content_type == JSON:
-        rows: list[Any] = _parse_json(raw)
+        rows: Sequence[Any] = _parse_json(raw)
         columns: list[str] = []
         inputs: list[dict[str, str]] = [{} for _ in rows]
+        splits = [split_json_row(row) for row in rows]
     else:
         try:
             text = raw.decode("utf-8-sig")
         except UnicodeDecodeError:
             raise InvalidInput("the CSV is not UTF-8 text", field="body") from None
         columns, inputs = _parse_csv(text)
-        rows = []
-        for src in inputs:
-            try:
-                rows.append(_nest(src))
-            except InvalidInput as error:  # this row's own problem
-                rows.append(error)
+        rows = _LazyRows(inputs)
+        splits = split_csv_rows(columns, inputs, _cell)
     media = _preferred(request.headers.get("accept", JSON))
+    checkpoint = deadline_checkpoint(settings.whatif_deadline_s)
+    answers = await run_in_threadpool(_answer_all, len(rows), rows.__getitem__, splits, catalogs, instance,
+                                      checkpoint)
     if media == NDJSON:
-        memo: TableMemo = {}
+        texts = await run_in_threadpool(_answer_texts, answers)
 
         def lines() -> Iterator[bytes]:
-            for start in range(0, len(rows), STREAM_CHUNK):
-                for ans in _answer_rows(rows[start:start + STREAM_CHUNK], catalogs, instance, start, memo):
-                    yield (json.dumps(ans, separators=(",", ":")) + "\n").encode()
+            for start in range(0, len(texts), STREAM_CHUNK):
+                yield ("\n".join(texts[start:start + STREAM_CHUNK]) + "\n").encode()
 
         return StreamingResponse(lines(), media_type=NDJSON)
-    answers = await run_in_threadpool(_answer_rows, rows, catalogs, instance)
     if media == CSV:
         if not columns:  # JSON in, CSV out: the input columns are the scenarios' dotted fields
             flat_inputs = []
-            for row in rows:
+            for i in range(len(rows)):
+                row = rows[i]
                 flat: dict[str, Any] = {}
                 _flatten(row if isinstance(row, dict) else {}, "", flat)
                 flat_inputs.append({k: "" if v is None else str(v) for k, v in flat.items()})
@@ -292,6 +470,7 @@ async def whatif(request: Request, catalogs: CatalogsDep) -> Response:
             inputs = flat_inputs
         body = await run_in_threadpool(_csv_answer, columns, inputs, answers)
         return Response(content=body, media_type=CSV)
-    n_ok = sum(1 for a in answers if a["status"] == "ok")
-    out = {"num_scenarios": len(answers), "num_ok": n_ok, "num_errors": len(answers) - n_ok, "results": answers}
-    return Response(content=json.dumps(out, separators=(",", ":")), media_type=JSON)
+    texts = await run_in_threadpool(_answer_texts, answers)
+    n_ok = sum(1 for a in answers if isinstance(a, tuple) or a["status"] == "ok")
+    head = f'{{"num_scenarios":{len(texts)},"num_ok":{n_ok},"num_errors":{len(texts) - n_ok},"results":['
+    return Response(content=(head + ",".join(texts) + "]}").encode(), media_type=JSON)

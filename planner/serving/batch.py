@@ -1,0 +1,282 @@
+"""Open-loop evaluation of many operating points of one aggregated deployment at once, as columns.
+
+Scenarios that differ only in their open-loop rate, replica count and SLO share one replica model (its cost
+grid and λ(B) curve); this module evaluates all of them with array operations, one row per scenario, and is
+what ``evaluate`` itself runs for an open-loop aggregated problem (a batch of one), so a what-if row and an
+evaluate call give the same numbers. The laws are those of ``planner.serving.evaluate`` (its docstring):
+
+- TTFT: front-end overhead + residual iteration + the prompt's own prefill, plus a wait with an atom at zero
+  and an exponential tail; its quantiles in closed form (``queueing.shifted_wait_quantiles_rows``).
+- ITL: the iteration kinds a stream sees, shifted by the decode batch's Poisson fluctuation (M/G/∞ occupancy).
+- TPOT: normal over the ``O − 1`` gaps of a request (central limit), mixed over output lengths.
+- E2E: TTFT's law with the decode time of each output length added, re-binned to ``MAX_POINTS / 4`` points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from planner.errors import InvalidInput
+from planner.serving import queueing as Q
+from planner.serving.aggregated import AggregatedModel
+from planner.serving.types import (
+    AggregatedDeployment,
+    Evaluation,
+    LatencyStats,
+    ServingProblem,
+    Slo,
+    TtftBreakdown,
+)
+
+FloatArray = NDArray[np.float64]
+#: the quantiles every latency reports (p50, p90, p99)
+QUANTILES = np.array([0.5, 0.9, 0.99])
+#: points per output length for the TPOT normal approximation, and their standard-normal quantiles
+TPOT_POINTS = np.array([0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98])
+#: standard-normal points (equal mass) representing the decode-batch fluctuation
+FLUCTUATION_POINTS = 7
+#: points the E2E law is re-binned to
+E2E_POINTS = 64
+#: the resources whose busy fraction names the limiting one, in the order ties are broken
+UTILIZATIONS = ("prefill_lane", "decode_batch", "kv_cache")
+LIMITING = ("prefill", "decode", "kv_capacity")
+
+
+def _norm_ppf(p: FloatArray) -> FloatArray:
+    from scipy import stats
+
+    return stats.norm.ppf(p)
+
+
+_TPOT_Z = _norm_ppf(TPOT_POINTS)
+_FLUCTUATION_Z = _norm_ppf((np.arange(FLUCTUATION_POINTS) + 0.5) / FLUCTUATION_POINTS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenLoopRows:
+    """One row per scenario. Latencies are (n, 4) arrays: mean, p50, p90, p99 [s]."""
+
+    ttft_s: FloatArray
+    itl_s: FloatArray
+    tpot_s: FloatArray
+    e2e_latency_s: FloatArray
+    #: (n, 4): queue, prefill, kv_transfer, overheads [s]
+    ttft_breakdown_s: FloatArray
+    requests_per_s: FloatArray
+    throughput_output_tokens_per_s: FloatArray
+    throughput_output_tokens_per_s_per_gpu: FloatArray
+    output_tokens_per_s_per_user: FloatArray
+    #: (n, 3) in the order of ``UTILIZATIONS``
+    utilization: FloatArray
+    mean_decode_batch: FloatArray
+    num_gpus: NDArray[np.int64]
+    feasible: NDArray[np.bool_]
+    #: index into ``LIMITING``
+    limiting: NDArray[np.intp]
+    #: NaN where the row has no SLO
+    slo_attainment_fraction: FloatArray
+    goodput_requests_per_s: FloatArray
+    #: the ITL at the SLO's percentile [s], NaN without an ITL target (for the row's warning)
+    itl_at_slo_s: FloatArray
+
+
+def _discrete_rebin(values: FloatArray, weights: FloatArray, k: int) -> tuple[FloatArray, FloatArray]:
+    """Each row of ``values`` (n, M) with ``weights`` (M,) as ``k`` equal-mass points (rows of M ≤ k are
+    returned whole, normalized), as ``evaluate.compress_points`` does for one row."""
+    n, size = values.shape
+    w = np.broadcast_to(weights / weights.sum(), values.shape)
+    if size <= k:
+        return values, np.array(w)
+    order = np.argsort(values, axis=1)
+    v = np.take_along_axis(values, order, axis=1)
+    cdf = np.cumsum(np.take_along_axis(w, order, axis=1), axis=1)
+    targets = (np.arange(k) + 0.5) / k
+    idx = np.empty((n, k), dtype=np.intp)
+    for r in range(n):  # one searchsorted a row: cheaper than an (n, k, M) comparison for large M
+        idx[r] = np.searchsorted(cdf[r], targets)
+    return np.take_along_axis(v, np.minimum(idx, size - 1), axis=1), np.full((n, k), 1.0 / k)
+
+
+def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rate_per_s: FloatArray,
+                            replicas: NDArray[np.int64], *, ttft_target_s: FloatArray | None = None,
+                            ttft_percentile: FloatArray | None = None, itl_target_s: FloatArray | None = None,
+                            itl_percentile: FloatArray | None = None) -> OpenLoopRows:
+    """Evaluate ``problem``'s deployment at each (open-loop rate over all replicas, replica count) row.
+
+    ``problem`` gives everything but the rate and the replica count (its arrival kind and cv, lengths,
+    scheduler limits); ``model`` is its replica model. The SLO arrays are NaN where a row has no such target
+    (all None: no SLO). The arrival's cv comes from ``problem``.
+    """
+    dep = problem.deployment
+    assert isinstance(dep, AggregatedDeployment)
+    w = problem.workload
+    if w.arrival.kind not in ("poisson", "gamma"):
+        raise InvalidInput("the batch evaluation is open-loop only", field="workload.arrival.kind")
+    rate = np.asarray(rate_per_s, dtype=np.float64).ravel()
+    reps = np.asarray(replicas, dtype=np.int64).ravel()
+    n = rate.size
+    scv = w.arrival.arrival_cv**2
+    offered = rate / reps
+    sat = model.saturation_rate_per_s(scv)
+    overloaded = offered > sat
+    lam = np.where(overloaded, sat, offered)
+    st = model.steady_state(lam, scv, 1.0)
+    feasible = st.stable & ~overloaded
+    overhead = problem.engine.request_overhead_s
+    wq = st.queue_wait_s
+    finite = np.isfinite(wq)
+    wq_f = np.where(finite, wq, 0.0)
+    p_row = np.where(wq_f > 0, np.minimum(st.prefill_utilization, 0.995), 0.0)
+    in_w = model.in_weights
+    own = st.own_prefill_s  # (n, m)
+    shifts = overhead + st.residual_s[:, None] + own
+    own_mean = np.sum(own * in_w, axis=1)  # row by row: the same bits whatever the batch size
+    ttft_mean = overhead + st.residual_s + own_mean + wq_f
+    ttft_q = Q.shifted_wait_quantiles_rows(shifts, in_w, p_row, wq_f, QUANTILES)
+
+    # ITL: decode-only iterations and mixed (or prefill) ones, as a stream sees them
+    p_mixed = np.minimum(st.mixed_iteration_rate_per_s / st.iteration_rate_per_s, 1.0)
+    kind_w = st.mixed_kind_weight
+    if not dep.chunked_prefill:
+        kind_w = kind_w / np.sum(kind_w, axis=1, keepdims=True)
+    itl_v = np.concatenate([st.decode_iteration_s[:, None], st.mixed_kind_s], axis=1)
+    itl_w = np.concatenate([(1.0 - p_mixed)[:, None], p_mixed[:, None] * kind_w], axis=1)
+    # the decode batch fluctuates around its mean (Poisson occupancy, size-biased weights): every iteration
+    # kind moves by the decode-time change, the steady state's mean iteration time kept
+    b = st.batch
+    b_pts = np.clip(np.round(b[:, None] + np.sqrt(np.maximum(b, 0.0))[:, None] * _FLUCTUATION_Z[None, :]), 1.0,
+                    max(model.batch_cap, 1.0))
+    b_pts = np.where((b > 0)[:, None], b_pts, 0.0)
+    b_w = np.where((b > 0)[:, None], b_pts, 1.0)
+    b_w = b_w / np.sum(b_w, axis=1, keepdims=True)
+    shift = model.tables.decode(b_pts) - st.decode_iteration_s[:, None]
+    shift -= np.sum(shift * b_w, axis=1, keepdims=True)
+    itl_v = (itl_v[:, :, None] + shift[:, None, :]).reshape(n, -1)
+    itl_w = (itl_w[:, :, None] * b_w[:, None, :]).reshape(n, -1)
+    itl_total = np.sum(itl_w, axis=1)
+    itl_mean = np.sum(itl_w * itl_v, axis=1) / itl_total
+    itl_q = Q.weighted_quantiles_rows(itl_v, itl_w, QUANTILES)
+
+    # TPOT: the mean of a request's O − 1 gaps, normal by the central limit
+    out_v, out_w = w.output_tokens.values, w.output_tokens.weights
+    var = np.sum(itl_w * (itl_v - itl_mean[:, None]) ** 2, axis=1) / itl_total
+    multi = out_v > 1
+    if np.any(multi):
+        steps = np.maximum(out_v[multi] - 1.0, 1.0)
+        sd = np.sqrt(var[:, None] / steps[None, :])  # (n, n_out)
+        pts = np.maximum(itl_mean[:, None, None] + sd[:, :, None] * _TPOT_Z[None, None, :], 0.0).reshape(n, -1)
+        wts = np.repeat(out_w[multi] / len(TPOT_POINTS), len(TPOT_POINTS))
+        tpot_q = Q.weighted_quantiles_rows(pts, wts, QUANTILES)
+    else:
+        tpot_q = np.repeat(itl_mean[:, None], 3, axis=1)
+
+    # E2E over prompt × output points
+    decode_s = np.maximum(out_v - 1.0, 0.0)
+    grid = (shifts[:, :, None] + decode_s[None, None, :] * itl_mean[:, None, None]).reshape(n, -1)
+    e2e_v, e2e_w = _discrete_rebin(grid, np.outer(in_w, out_w).ravel(), E2E_POINTS)
+    e2e_q = Q.shifted_wait_quantiles_rows(e2e_v, e2e_w, p_row, wq_f, QUANTILES)
+    e2e_mean = ttft_mean + model.mean_decode_steps * itl_mean
+
+    rps = lam * reps
+    gpus = dep.parallelism.num_gpus * reps
+    out_tps = rps * w.output_tokens.mean
+    kv_frac = b * (w.input_tokens.mean + w.output_tokens.mean / 2.0) / max(model.plan.kv_capacity_tokens, 1)
+    util = np.stack([np.minimum(st.prefill_utilization, 1.0), b / max(dep.max_batch_size, 1),
+                     np.minimum(kv_frac, 1.0)], axis=1)
+    breakdown = np.stack([np.maximum(ttft_mean - own_mean - overhead, 0.0), own_mean, np.zeros(n),
+                          np.full(n, overhead)], axis=1)
+
+    frac = np.full(n, np.nan)
+    itl_at = np.full(n, np.nan)
+    has_ttft = np.zeros(n, dtype=bool) if ttft_target_s is None else np.isfinite(ttft_target_s)
+    has_itl = np.zeros(n, dtype=bool) if itl_target_s is None else np.isfinite(itl_target_s)
+    any_slo = has_ttft | has_itl
+    if np.any(any_slo):
+        frac = np.where(any_slo, 1.0, np.nan)
+        if np.any(has_ttft):
+            assert ttft_target_s is not None
+            t = np.where(has_ttft, ttft_target_s, 0.0)
+            f = Q.shifted_wait_cdf_rows(t, shifts, in_w, p_row, wq_f)
+            frac = np.where(has_ttft, frac * f, frac)
+        if np.any(has_itl):
+            assert itl_target_s is not None and itl_percentile is not None
+            pct = np.where(has_itl, itl_percentile, 50.0) / 100.0
+            itl_at = np.where(has_itl, Q.weighted_quantiles_rows(itl_v, itl_w, pct[:, None])[:, 0], np.nan)
+            frac = np.where(has_itl & (itl_at > np.where(has_itl, itl_target_s, np.inf)), 0.0, frac)
+
+    def stats(mean: FloatArray, q: FloatArray) -> FloatArray:
+        return np.concatenate([mean[:, None], q], axis=1)
+
+    return OpenLoopRows(
+        ttft_s=stats(ttft_mean, ttft_q), itl_s=stats(itl_mean, itl_q), tpot_s=stats(itl_mean, tpot_q),
+        e2e_latency_s=stats(e2e_mean, e2e_q), ttft_breakdown_s=breakdown, requests_per_s=rps,
+        throughput_output_tokens_per_s=out_tps, throughput_output_tokens_per_s_per_gpu=out_tps / gpus,
+        output_tokens_per_s_per_user=np.where(itl_mean > 0, 1.0 / np.where(itl_mean > 0, itl_mean, 1.0), 0.0),
+        utilization=util, mean_decode_batch=b.copy(), num_gpus=gpus, feasible=feasible,
+        limiting=np.argmax(util, axis=1), slo_attainment_fraction=frac, goodput_requests_per_s=frac * rps,
+        itl_at_slo_s=itl_at,
+    )
+
+
+#: the warning of a row whose offered load exceeds what the deployment serves
+OVERLOAD_WARNING = ("the offered load exceeds what the deployment serves in steady state: queues grow without "
+                    "bound; throughput is what it serves at saturation and latencies are lower bounds, evaluated "
+                    "at the stability limit")
+
+
+def itl_warning(itl_at_s: float, percentile: float, target_s: float) -> str:
+    """The warning of a row whose ITL at the SLO's percentile misses the target."""
+    head, tail = itl_warning_parts(percentile, target_s)
+    return f"{head}{itl_at_s:.3g}{tail}"
+
+
+def itl_warning_parts(percentile: float, target_s: float) -> tuple[str, str]:
+    """The text of :func:`itl_warning` before and after the ITL figure (what a batch shares between rows)."""
+    return f"ITL p{percentile:g} is ", f" s, above the {target_s:g} s target"
+
+
+def slo_columns(slo: Slo | None, n: int) -> dict[str, FloatArray]:
+    """The SLO of ``n`` rows as the keyword arrays of :func:`evaluate_open_loop_rows` (NaN: no target)."""
+    def col(value: float | None) -> FloatArray:
+        return np.full(n, np.nan if value is None else float(value))
+
+    if slo is None:
+        return {}
+    return {"ttft_target_s": col(slo.ttft_s), "ttft_percentile": col(slo.ttft_percentile),
+            "itl_target_s": col(slo.itl_s), "itl_percentile": col(slo.itl_percentile)}
+
+
+def row_warnings(rows: OpenLoopRows, i: int, itl_percentile: float | None, itl_target_s: float | None) -> list[str]:
+    """The warnings ``evaluate`` gives row ``i``: an overload, then a missed ITL target."""
+    out = [] if rows.feasible[i] else [OVERLOAD_WARNING]
+    at = float(rows.itl_at_slo_s[i])
+    if itl_target_s is not None and itl_percentile is not None and np.isfinite(at) and at > itl_target_s:
+        out.append(itl_warning(at, itl_percentile, itl_target_s))
+    return out
+
+
+def row_evaluation(rows: OpenLoopRows, i: int, slo: Slo | None) -> Evaluation:
+    """Row ``i`` as an ``Evaluation`` (what ``evaluate`` answers for that scenario)."""
+    def lat(a: FloatArray) -> LatencyStats:
+        return LatencyStats(mean=float(a[i, 0]), p50=float(a[i, 1]), p90=float(a[i, 2]), p99=float(a[i, 3]))
+
+    q, pre, kv, ovh = (float(x) for x in rows.ttft_breakdown_s[i])
+    frac = float(rows.slo_attainment_fraction[i])
+    return Evaluation(
+        ttft_s=lat(rows.ttft_s), itl_s=lat(rows.itl_s), tpot_s=lat(rows.tpot_s), e2e_latency_s=lat(rows.e2e_latency_s),
+        ttft_breakdown_s=TtftBreakdown(queue=q, prefill=pre, kv_transfer=kv, overheads=ovh),
+        requests_per_s=float(rows.requests_per_s[i]),
+        throughput_output_tokens_per_s=float(rows.throughput_output_tokens_per_s[i]),
+        throughput_output_tokens_per_s_per_gpu=float(rows.throughput_output_tokens_per_s_per_gpu[i]),
+        output_tokens_per_s_per_user=float(rows.output_tokens_per_s_per_user[i]),
+        utilization={name: float(rows.utilization[i, k]) for k, name in enumerate(UTILIZATIONS)},
+        mean_decode_batch=float(rows.mean_decode_batch[i]), num_gpus=int(rows.num_gpus[i]),
+        feasible=bool(rows.feasible[i]), limiting_resource=LIMITING[int(rows.limiting[i])],
+        slo_attainment_fraction=None if np.isnan(frac) else frac,
+        goodput_requests_per_s=None if np.isnan(frac) else float(rows.goodput_requests_per_s[i]),
+        warnings=tuple(row_warnings(rows, i, None if slo is None else slo.itl_percentile,
+                                    None if slo is None else slo.itl_s)),
+    )
