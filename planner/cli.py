@@ -161,7 +161,7 @@ LOCAL_BASE_URL = "http://planner.local"
 #: seconds to wait for a remote service's answer unless ``--timeout`` says otherwise [s]
 DEFAULT_TIMEOUT_S = 300.0
 #: scenarios per what-if request unless ``--batch-size`` says otherwise
-DEFAULT_WHATIF_BATCH_SIZE = 1000
+DEFAULT_WHATIF_BATCH_SIZE = 10_000
 #: most scenarios the service takes in one what-if request
 MAX_WHATIF_BATCH_SIZE = 100_000
 #: what-if rows with errors listed in the summary table

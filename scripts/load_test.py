@@ -57,6 +57,10 @@ MIX = (
 )
 
 
+#: parts of the run after each of which the server's memory is read
+PHASES = 5
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -80,8 +84,8 @@ def _rss_bytes(pid: int) -> int:
     return total
 
 
-async def _fire(url: str, n: int, in_flight: int, timeout_s: float) -> tuple[list, float]:
-    rng = np.random.default_rng(0)
+async def _fire(url: str, n: int, in_flight: int, timeout_s: float, seed: int = 0) -> tuple[list, float]:
+    rng = np.random.default_rng(seed)
     shares = np.array([m[1] for m in MIX])
     picks = rng.choice(len(MIX), size=n, p=shares / shares.sum())
     sem = asyncio.Semaphore(in_flight)
@@ -132,8 +136,14 @@ def main(argv: list[str] | None = None) -> None:
         # warm every worker's catalogs and code paths, then the first memory reading
         asyncio.run(_fire(url, 400, args.in_flight, args.timeout))
         rss_before = _rss_bytes(server.pid)
-        results, wall = asyncio.run(_fire(url, args.requests, args.in_flight, args.timeout))
-        rss_after = _rss_bytes(server.pid)
+        # the requests in PHASES equal parts, the memory read after each: growth shows as a rising series
+        results, wall, rss_series = [], 0.0, []
+        for part in np.array_split(np.arange(args.requests), PHASES):
+            got, took = asyncio.run(_fire(url, part.size, args.in_flight, args.timeout, seed=int(part[0])))
+            results += got
+            wall += took
+            rss_series.append(_rss_bytes(server.pid))
+        rss_after = rss_series[-1]
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -158,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
         f"- statuses: {', '.join(f'{s}: {c}' for s, c in sorted(statuses.items()))}",
         f"- resident memory of the server's processes: {rss_before / 2**20:.0f} MiB before, "
         f"{rss_after / 2**20:.0f} MiB after ({(rss_after - rss_before) / 2**20:+.0f} MiB)",
+        f"- memory after each fifth of the requests [MiB]: {', '.join(f'{r / 2**20:.0f}' for r in rss_series)}; "
+        f"over the last three fifths: {(rss_series[-1] - rss_series[-3]) / 2**20:+.1f} MiB",
         "",
         "| request | share | count | p50 ms | p99 ms |",
         "|---|---:|---:|---:|---:|",

@@ -150,8 +150,10 @@ def weighted_quantiles_rows(values: FloatArray, weights: FloatArray, quantiles: 
     q = np.asarray(quantiles, dtype=np.float64)
     q = np.broadcast_to(q if q.ndim == 2 else q[None, :], (v.shape[0], q.shape[-1]))
     order = np.argsort(v, axis=1)
-    vs = np.take_along_axis(v, order, axis=1)
-    cdf = np.cumsum(np.take_along_axis(w, order, axis=1), axis=1) / np.sum(w, axis=1, keepdims=True)
+    flat = (order + (np.arange(v.shape[0]) * v.shape[1])[:, None]).ravel()  # one gather for each array
+    vs = v.ravel()[flat].reshape(v.shape)
+    cdf = np.cumsum(np.ascontiguousarray(w).ravel()[flat].reshape(v.shape), axis=1) / np.sum(w, axis=1,
+                                                                                             keepdims=True)
     # searchsorted per row (side "left"): how many of the row's CDF values lie below the target
     idx = np.sum(cdf[:, None, :] < (q - 1e-12)[:, :, None], axis=2)
     return np.take_along_axis(vs, np.minimum(idx, v.shape[1] - 1), axis=1)
