@@ -313,9 +313,11 @@ def render(results: Sequence[Result], info: dict[str, str], command: str) -> str
     for r in results:
         rate = f"{r.items_per_s:,.0f} {r.unit}" if r.items_per_s >= 10 else f"{r.items_per_s:.2g} {r.unit}"
         lines.append(f"| {r.name} | {r.calls} | {_ms(r.median_s)} | {_ms(r.p90_s)} | {rate} |")
-    load = ROOT / "docs" / "load_test.md"
-    lines += ["", load.read_text().strip() if load.exists() else
-              "## Load test\n\n(docs/load_test.md is missing: run scripts/load_test.py --write)"]
+    for name, title, script in (("whatif_throughput.md", "What-if throughput", "whatif_benchmark.py"),
+                                ("load_test.md", "Load test", "load_test.py")):
+        part = ROOT / "docs" / name
+        lines += ["", part.read_text().strip() if part.exists() else
+                  f"## {title}\n\n(docs/{name} is missing: run scripts/{script} --write)"]
     return "\n".join(lines) + "\n"
 
 
