@@ -36,6 +36,7 @@ from planner.api.routers import whatif as W  # noqa: E402
 from planner.api.routers.evaluate import build_problem  # noqa: E402
 from planner.api.serving_schemas import EvaluateRequest  # noqa: E402
 from planner.api.settings import Settings  # noqa: E402
+from planner.api.whatif_columns import evaluate_sweep  # noqa: E402
 from planner.serving.batch import evaluate_open_loop_rows  # noqa: E402
 from planner.serving.evaluate import replica_model  # noqa: E402
 
@@ -96,6 +97,32 @@ def core(text: str, catalogs: Catalogs) -> Callable[[], object]:
             evaluate_open_loop_rows(problem, replica_model(problem, memo), rate, replicas, ttft_target_s=ttft,
                                     ttft_percentile=np.full(rate.size, 90.0), itl_target_s=itl,
                                     itl_percentile=np.full(rate.size, 99.0))
+
+    return run
+
+
+def sweep_api(text: str, catalogs: Catalogs) -> Callable[[], object]:
+    """The in-process Python API, ``whatif_columns.evaluate_sweep``: one call per deployment with its columns
+    of rates, replicas and SLO targets (request validation, the replica model, the columnar evaluation and
+    the output columns)."""
+    columns, inputs = W._parse_csv(text)
+    rows = W._LazyRows(inputs)
+    splits = W.split_csv_rows(columns, inputs, W._cell)
+    by_deployment: dict[object, list[int]] = {}
+    for i, split in enumerate(splits):
+        by_deployment.setdefault(split[0][0][:4], []).append(i)  # type: ignore[index]
+    calls = []
+    for members in by_deployment.values():
+        values = [splits[i][1] for i in members]  # type: ignore[index]
+        calls.append((rows[members[0]], {
+            "rate_per_s": np.array([v["workload.arrival.rate_per_s"] for v in values]),
+            "replicas": np.array([v["deployment.replicas"] for v in values]),
+            "ttft_s": np.array([v["slo.ttft_s"] for v in values]),
+            "itl_s": np.array([v["slo.itl_s"] for v in values])}))
+
+    def run() -> None:
+        for request, cols in calls:
+            evaluate_sweep(request, catalogs, **cols)
 
     return run
 
@@ -183,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
         text = sweep(n, prompts)
         row("columnar evaluation (`evaluate_open_loop_rows`), in-process", which,
             median_time(core(text, catalogs), args.repeats))
+        row("in-process Python API (`evaluate_sweep`, one call per deployment, columns in and out)", which,
+            median_time(sweep_api(text, catalogs), args.repeats))
         row("what-if in-process: CSV parsed, grouped, validated, evaluated (answers as columns)", which,
             median_time(pipeline(text, catalogs, "columns"), args.repeats))
         row("what-if in-process, CSV answer written", which, median_time(pipeline(text, catalogs, "csv"), args.repeats))

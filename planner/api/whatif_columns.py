@@ -307,22 +307,7 @@ def columnar_group(row: Any, values: Sequence[Mapping[str, Any]], catalogs: Cata
         return None
     template = evaluation_response(problem, row_evaluation(rows, 0, slo), notes).model_dump(mode="json")
     prefix = notes + inherited_efficiency_notes([dep.gpu])
-    n = rate.size
-    # warnings: only the rows that have one build their text
-    warnings = [prefix] * n
-    itl_target = slo_kw.get("itl_target_s")
-    missed = np.zeros(n, dtype=bool) if itl_target is None else np.isfinite(rows.itl_at_slo_s) & (
-        rows.itl_at_slo_s > np.where(np.isfinite(itl_target), itl_target, np.inf))
-    overloaded = (~rows.feasible).tolist()
-    texts: dict[tuple[float, float], tuple[str, str]] = {}
-    for j in np.flatnonzero(~rows.feasible | missed).tolist():
-        extra = [OVERLOAD_WARNING] if overloaded[j] else []
-        if missed[j]:
-            assert itl_target is not None
-            pct, target = float(slo_kw["itl_percentile"][j]), float(itl_target[j])
-            head, tail = texts.get((pct, target)) or texts.setdefault((pct, target), itl_warning_parts(pct, target))
-            extra.append(f"{head}{float(rows.itl_at_slo_s[j]):.3g}{tail}")
-        warnings[j] = prefix + extra
+    warnings = _sweep_warnings(rows, prefix, slo_kw)
     frac = rows.slo_attainment_fraction
     values_out: dict[str, list[Any]] = {}
     for name, keys in _NESTED:
@@ -346,3 +331,108 @@ def columnar_group(row: Any, values: Sequence[Mapping[str, Any]], catalogs: Cata
                                        slo_kw["itl_percentile"]), strict=True):
             values_out[f"slo.{key}"] = _with_none(arr, np.isnan(arr))
     return GroupResult(template, values_out, slo is not None)
+
+
+def evaluate_sweep(request: Mapping[str, Any], catalogs: Catalogs, *, rate_per_s: Any, replicas: Any = None,
+                   ttft_s: Any = None, itl_s: Any = None, ttft_percentile: Any = None,
+                   itl_percentile: Any = None) -> dict[str, Any]:
+    """Evaluate one open-loop aggregated scenario at many (rate, replicas, SLO) points, in-process, as columns.
+
+    ``request`` is an evaluate request body (its own rate, replicas and SLO values are replaced by the
+    columns); the columns are array-likes of one length (``replicas`` and the SLO ones may be omitted: the
+    request's value, or none). Returns the dotted outputs of ``/v1/evaluate`` (``ttft_s.p90``, ...) as numpy
+    arrays, and ``warnings`` as one list per point: what ``/v1/whatif`` answers for the same rows.
+
+    Raises
+    ------
+    InvalidInput
+        A column of another length, or a value outside the request model's bounds (names the column and
+        the first bad index); a request that is not an open-loop aggregated one.
+    """
+    from planner.errors import InvalidInput
+
+    rate = np.atleast_1d(np.asarray(rate_per_s, dtype=np.float64))
+    n = rate.size
+    given = {RATE: rate, REPLICAS: replicas, TTFT: ttft_s, ITL: itl_s, TTFT_PCT: ttft_percentile,
+             ITL_PCT: itl_percentile}
+    columns: dict[str, np.ndarray] = {}
+    for path, value in given.items():
+        if value is None:
+            continue
+        arr = np.atleast_1d(np.asarray(value, dtype=np.int64 if path == REPLICAS else np.float64))
+        if arr.shape != (n,):
+            raise InvalidInput(f"column {path} has {arr.size} values for {n} rates", field=path)
+        low, high = _BOUNDS.get(path, (0.0, 100.0))
+        with np.errstate(invalid="ignore"):
+            ok = (arr >= low) & (arr <= high) if path in _BOUNDS else (arr > low) & (arr < high)
+        if path in (TTFT, ITL):
+            ok |= np.isnan(arr)  # NaN: no such target at that point
+        if not np.all(ok):
+            k = int(np.flatnonzero(~ok)[0])
+            raise InvalidInput(f"column {path}, index {k}: {arr[k]} is outside [{low}, {high}]", field=path,
+                               index=k)
+        columns[path] = arr
+    body = json.loads(json.dumps(request))  # a copy the first point's values go into
+    first = {path: (None if np.isnan(a[0]) else float(a[0])) if a.dtype.kind == "f" else int(a[0])
+             for path, a in columns.items()}
+    for path, value in first.items():
+        node = body
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    problem, notes = build_problem(EvaluateRequest.model_validate(body), catalogs)
+    dep, w = problem.deployment, problem.workload
+    if not isinstance(dep, AggregatedDeployment) or w.arrival.kind == "closed_loop":
+        raise InvalidInput("a sweep evaluates an open-loop (poisson or gamma) aggregated deployment; send other "
+                           "scenarios to /v1/whatif", field="deployment")
+    if not dep.chunked_prefill and dep.token_budget < w.input_tokens.max:
+        raise InvalidInput(f"without chunked prefill the token budget ({dep.token_budget}) must hold the longest "
+                           f"prompt ({int(w.input_tokens.max)} tokens), as vLLM requires",
+                           field="deployment.token_budget")
+    slo = problem.slo
+    slo_kw: dict[str, np.ndarray] = {}
+    if slo is not None:
+        def col(path: str, default: float | None) -> np.ndarray:
+            return columns.get(path, np.full(n, np.nan if default is None else default))
+
+        slo_kw = {"ttft_target_s": col(TTFT, slo.ttft_s), "itl_target_s": col(ITL, slo.itl_s),
+                  "ttft_percentile": col(TTFT_PCT, slo.ttft_percentile),
+                  "itl_percentile": col(ITL_PCT, slo.itl_percentile)}
+    reps = columns.get(REPLICAS, np.full(n, dep.replicas, dtype=np.int64))
+    rows = evaluate_open_loop_rows(problem, replica_model(problem, {}), rate, reps, **slo_kw)
+    out: dict[str, Any] = {}
+    for name, keys in _NESTED:
+        table = getattr(rows, name)
+        for k, key in enumerate(keys):
+            out[f"{name}.{key}"] = table[:, k]
+    out |= {"requests_per_s": rows.requests_per_s, "throughput_output_tokens_per_s": rows.throughput_output_tokens_per_s,
+            "throughput_output_tokens_per_s_per_gpu": rows.throughput_output_tokens_per_s_per_gpu,
+            "output_tokens_per_s_per_user": rows.output_tokens_per_s_per_user,
+            "mean_decode_batch": rows.mean_decode_batch, "num_gpus": rows.num_gpus, "feasible": rows.feasible,
+            "limiting_resource": np.array(LIMITING)[rows.limiting],
+            "slo_attainment_fraction": rows.slo_attainment_fraction,
+            "goodput_requests_per_s": rows.goodput_requests_per_s}
+    prefix = notes + inherited_efficiency_notes([dep.gpu])
+    out["warnings"] = _sweep_warnings(rows, prefix, slo_kw)
+    return out
+
+
+def _sweep_warnings(rows: Any, prefix: list[str], slo_kw: Mapping[str, np.ndarray]) -> list[list[str]]:
+    """Each point's warnings (the request's notes, then an overload, then a missed ITL target)."""
+    n = rows.feasible.size
+    warnings = [prefix] * n
+    itl_target = slo_kw.get("itl_target_s")
+    missed = np.zeros(n, dtype=bool) if itl_target is None else np.isfinite(rows.itl_at_slo_s) & (
+        rows.itl_at_slo_s > np.where(np.isfinite(itl_target), itl_target, np.inf))
+    overloaded = (~rows.feasible).tolist()
+    texts: dict[tuple[float, float], tuple[str, str]] = {}
+    for j in np.flatnonzero(~rows.feasible | missed).tolist():
+        extra = [OVERLOAD_WARNING] if overloaded[j] else []
+        if missed[j]:
+            assert itl_target is not None
+            pct, target = float(slo_kw["itl_percentile"][j]), float(itl_target[j])
+            head, tail = texts.get((pct, target)) or texts.setdefault((pct, target), itl_warning_parts(pct, target))
+            extra.append(f"{head}{float(rows.itl_at_slo_s[j]):.3g}{tail}")
+        warnings[j] = prefix + extra
+    return warnings

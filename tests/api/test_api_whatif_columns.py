@@ -146,3 +146,33 @@ def test_the_column_checks_agree_with_the_field_checks():
         values = [{path: x} for x in samples]
         want = [k for k, x in enumerate(samples) if valid_grouped(path, x)]
         assert valid_rows(list(range(len(samples))), values) == want, path
+
+
+async def test_an_in_process_sweep_answers_what_whatif_answers(client, app):
+    import numpy as np
+
+    from planner.api.whatif_columns import evaluate_sweep
+    from planner.errors import InvalidInput
+
+    rates, reps, ttft = [0.5, 4.0, 12.0, 300.0], [1, 2, 3, 1], [0.5, float("nan"), 0.2, 1.0]
+    base = _scenario(1.0, 1, {"ttft_s": 0.5, "itl_s": 0.05})
+    rows = []
+    for r, k, t in zip(rates, reps, ttft, strict=True):
+        slo = {"itl_s": 0.05} | ({} if t != t else {"ttft_s": t})
+        rows.append(_scenario(r, k, slo))
+    want = [a["result"] for a in (await client.post("/v1/whatif", json=rows)).json()["results"]]
+    catalogs = app.state.catalog_cache.get(None)
+    got = evaluate_sweep(base, catalogs, rate_per_s=rates, replicas=reps, ttft_s=ttft)
+    for j, w in enumerate(want):
+        for name in ("ttft_s", "itl_s", "tpot_s", "e2e_latency_s"):
+            assert [float(got[f"{name}.{s}"][j]) for s in ("mean", "p50", "p90", "p99")] == list(w[name].values())
+        assert float(got["requests_per_s"][j]) == w["requests_per_s"]
+        assert int(got["num_gpus"][j]) == w["num_gpus"]
+        assert got["warnings"][j] == w["warnings"]
+        frac = float(got["slo_attainment_fraction"][j])
+        assert frac == w["slo_attainment_fraction"]
+    with pytest.raises(InvalidInput, match="index 1"):
+        evaluate_sweep(base, catalogs, rate_per_s=[1.0, -2.0])
+    with pytest.raises(InvalidInput, match="2 values for 3 rates"):
+        evaluate_sweep(base, catalogs, rate_per_s=[1.0, 2.0, 3.0], replicas=[1, 2])
+    assert np.all(evaluate_sweep(base, catalogs, rate_per_s=[1.0, 2.0])["feasible"])

@@ -19,7 +19,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from planner.costs import CostContext, Parallelism, decode_latency_s, prefill_latency_s
@@ -52,6 +52,8 @@ PROPERTY = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+#: the cost-model properties cost ~5 ms an example: more of them
+COST_PROPERTY = settings(PROPERTY, max_examples=60)
 
 # --------------------------------------------------------------------------------------------------
 # deployments of the cost model: every (model, GPU, weight dtype, TP) of these lists that the engines can
@@ -111,13 +113,18 @@ COST_DEPLOYMENTS = _cost_deployments()
 
 
 @st.composite
-def contexts(draw: st.DrawFn) -> CostContext:
-    """A runnable cost context: a listed deployment with any engine and a bf16 or fp8 KV cache (fp8 halves
+def cost_keys(draw: st.DrawFn) -> tuple[str, str, str, int, str, str]:
+    """(model, GPU, weight dtype, TP, engine, KV dtype) of a runnable cost context: the model first (each
+    equally likely), then one of its listed deployments, any engine and a bf16 or fp8 KV cache (fp8 halves
     the KV bytes, so it fits wherever bf16 does)."""
-    model, gpu, dtype, tp = draw(st.sampled_from(COST_DEPLOYMENTS))
-    engine = draw(st.sampled_from(ENGINE_IDS))
-    kv = draw(st.sampled_from(("bf16", "fp8")))
+    model = draw(st.sampled_from(COST_MODELS))
+    _, gpu, dtype, tp = draw(st.sampled_from([d for d in COST_DEPLOYMENTS if d[0] == model]))
     event(f"model {model}")
+    return model, gpu, dtype, tp, draw(st.sampled_from(ENGINE_IDS)), draw(st.sampled_from(("bf16", "fp8")))
+
+
+def _context(key: tuple[str, str, str, int, str, str]) -> CostContext:
+    model, gpu, dtype, tp, engine, kv = key
     return CostContext(
         model=MODELS.get(model),
         gpu=GPUS[gpu],
@@ -151,14 +158,15 @@ def _nondecreasing(lat: np.ndarray) -> np.ndarray:
     return np.flatnonzero(lat[1:] < lat[:-1] * (1.0 - RTOL))
 
 
-@PROPERTY
+@COST_PROPERTY
 @given(
-    ctx=contexts(),
-    prompt=st.integers(1, 12_288),
-    extra=st.integers(1, 4_096),
+    key=cost_keys(),
+    prompt=st.integers(1, 12_000),
+    extra=st.integers(1, 4_000),
     batch=st.integers(1, 4),
 )
-def test_more_prompt_tokens_never_cost_less(ctx, prompt, extra, batch) -> None:
+def test_more_prompt_tokens_never_cost_less(key, prompt, extra, batch) -> None:
+    ctx = _context(key)
     lengths = np.concatenate([np.arange(prompt, prompt + WINDOW), [prompt + WINDOW + extra]])
     lat = prefill_latency_s(ctx, prompt_tokens=lengths, batch_size=batch)
     assert np.all(np.isfinite(lat)) and np.all(lat > 0)
@@ -169,17 +177,18 @@ def test_more_prompt_tokens_never_cost_less(ctx, prompt, extra, batch) -> None:
     )
 
 
-@PROPERTY
+@COST_PROPERTY
 @given(
-    ctx=contexts(),
-    prompt=st.integers(2, 12_288),
-    extra=st.integers(1, 4_096),
+    key=cost_keys(),
+    prompt=st.integers(2, 12_000),
+    extra=st.integers(1, 4_000),
     batch=st.integers(1, 4),
     hit=st.floats(0.0, 0.95),
 )
-def test_more_prompt_tokens_never_cost_less_with_a_cached_prefix(ctx, prompt, extra, batch, hit) -> None:
+def test_more_prompt_tokens_never_cost_less_with_a_cached_prefix(key, prompt, extra, batch, hit) -> None:
     """With a prefix-cache hit fraction (the cached prefix grows with the prompt) and with a fixed cached
     prefix, a longer prompt never takes less time."""
+    ctx = _context(key)
     lengths = np.concatenate([np.arange(prompt, prompt + WINDOW), [prompt + WINDOW + extra]])
     cached = np.minimum(np.floor(hit * lengths), lengths - 1)
     lat = prefill_latency_s(ctx, prompt_tokens=lengths, batch_size=batch, cached_tokens=cached)
@@ -221,11 +230,10 @@ def _serving_problem(
     token_budget: int = 8192,
     chunked: bool = True,
     hit: float = 0.0,
-    gpu=None,  # noqa: ANN001
 ) -> ServingProblem:
     model, gpu_id, tp, dtype = deployment
     dep = AggregatedDeployment(
-        gpu=gpu or GPUS[gpu_id],
+        gpu=GPUS[gpu_id],
         parallelism=Parallelism(tp=tp),
         token_budget=token_budget,
         chunked_prefill=chunked,
@@ -311,24 +319,28 @@ def _with_bandwidth(ctx: CostContext, factor: float) -> CostContext:
     return dataclasses.replace(ctx, gpu=gpu)
 
 
-@PROPERTY
+@COST_PROPERTY
 @given(
-    ctx=contexts(),
+    key=cost_keys(),
     factors=st.lists(st.floats(1.0, 4.0), min_size=1, max_size=3),
-    batch=st.integers(1, 512),
-    context_tokens=st.integers(1, 65_536 // 4),
+    batch=st.integers(1, 256),
+    context_tokens=st.integers(1, 32_768),
 )
-def test_more_memory_bandwidth_never_makes_decode_slower(ctx, factors, batch, context_tokens) -> None:
+def test_more_memory_bandwidth_never_makes_decode_slower(key, factors, batch, context_tokens) -> None:
     """A copy of the catalog GPU with more HBM bandwidth (a ladder of factors ≥ 1) takes no longer for one
-    decode step, at the drawn (batch, context) and over a grid of them."""
+    decode step, at the drawn (batch, context) and over a grid of them, wherever the batch's KV fits."""
+    ctx = _context(key)
+    capacity = memory_plan(ctx, max_context_tokens=int(DECODE_CONTEXT.max()) + 1).kv_capacity_tokens
+    batch = max(1, min(batch, capacity // (context_tokens + 1)))
     batch_grid = np.concatenate([DECODE_BATCH.ravel(), [batch]])[:, None]
     ctx_grid = np.concatenate([DECODE_CONTEXT.ravel(), [context_tokens]])[None, :]
+    fits = batch_grid * (ctx_grid + 1) <= max(capacity, batch * (context_tokens + 1))
     previous = decode_latency_s(ctx, batch_size=batch_grid, context_tokens=ctx_grid)
     assert np.all(np.isfinite(previous)) and np.all(previous > 0)
     bw = 1.0
     for factor in sorted(factors):
         step = decode_latency_s(_with_bandwidth(ctx, factor), batch_size=batch_grid, context_tokens=ctx_grid)
-        slower = np.argwhere(step > previous * (1 + RTOL))
+        slower = np.argwhere(fits & (step > previous * (1 + RTOL)))
         if slower.size:
             i, j = slower[0]
             pytest.fail(
@@ -394,8 +406,25 @@ budget_args = dict(
 )
 
 
-@pytest.mark.xfail(strict=True, reason="MEAN_ITL_COUNTEREXAMPLE")
+LLAMA_8B_H100 = ("meta-llama/Llama-3.1-8B", "h100-sxm", 1, "bf16")
+QWEN3_30B_H200 = ("Qwen/Qwen3-30B-A3B", "h200-sxm", 1, "bf16")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "false in the model. Minimal (hypothesis): Qwen3-30B-A3B bf16 on 1 H200, 16-token prompts, 8 output "
+        "tokens, 38.2034 req/s: mean ITL 12.91957 ms at budget 256, 12.91787 ms at 257 (the budget never "
+        "binds: the chunk time is interpolated between nodes at CHUNK_FRACTIONS x (budget - B), "
+        "planner/serving/aggregated.py AggregatedModel.table_inputs / _Tables.segments). Structural: "
+        "2000-token prompts, 200 outputs, 3.14521 req/s: 20.39 ms at budget 256, 15.12 ms at 2048 (each of "
+        "the ceil(L / (budget - B)) mixed iterations re-pays the step's fixed costs and weight/expert "
+        "streaming: AggregatedModel._chunked's mean iteration time falls as chunks grow)"
+    ),
+)
 @PROPERTY
+@example(deployment=QWEN3_30B_H200, prompt=("fixed", 16), output=8, small=256, extra=1, load=0.5)
+@example(deployment=QWEN3_30B_H200, prompt=("fixed", 2000), output=200, small=256, extra=1792, load=0.8)
 @given(**budget_args)
 def test_a_larger_token_budget_never_lowers_the_mean_itl(
     deployment, prompt, output, small, extra, load
@@ -404,8 +433,21 @@ def test_a_larger_token_budget_never_lowers_the_mean_itl(
     assert b.itl_s.mean >= a.itl_s.mean * (1 - RTOL), describe("mean")
 
 
-@pytest.mark.xfail(strict=True, reason="TAIL_ITL_COUNTEREXAMPLE")
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "false in the model. Minimal (hypothesis): Llama-3.1-8B bf16 on 1 H100, 16-token prompts, 8 output "
+        "tokens, 171.618 req/s: ITL p90 8.651972113 ms at budget 256, 8.651971934 ms at 257 (-2e-8: the "
+        "same budget-scaled interpolation nodes, planner/serving/aggregated.py _Tables.segments). "
+        "Structural: 2000-token prompts, 200 outputs, 0.690321 req/s: p99 22.68 ms at budget 1024, 8.146 ms "
+        "at 2048 (two mixed iterations per request put more than 1 % of the gaps on a stalled iteration, one "
+        "longer one puts fewer: the p99 of evaluate.py _evaluate_aggregated's discrete ITL law drops to the "
+        "decode-only iteration)"
+    ),
+)
 @PROPERTY
+@example(deployment=LLAMA_8B_H100, prompt=("fixed", 16), output=8, small=256, extra=1, load=0.75)
+@example(deployment=LLAMA_8B_H100, prompt=("fixed", 2000), output=200, small=1024, extra=1024, load=0.05)
 @given(**budget_args)
 def test_a_larger_token_budget_never_lowers_the_tail_itl(
     deployment, prompt, output, small, extra, load
@@ -627,8 +669,31 @@ def _evaluate_configuration(cfg: Configuration, search: PlanSearch) -> list[str]
     return [f"{cfg.label} (verified={cfg.verified}) at {cfg.rate_per_s:.6g} req/s: {m}" for m in misses]
 
 
-@pytest.mark.xfail(strict=True, reason="PLAN_COUNTEREXAMPLE")
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "false: Llama-3.1-8B bf16, candidates h100-sxm tp (1, 2), 16-token prompts and outputs, SLO ITL "
+        "p50 <= 0.125 s, 1 GPU, Poisson: the plan ranks first 'aggregated chunked 1x h100-sxm tp1, budget"
+        " 1024' at 207.422 req/s with verified=False, and evaluate calls that rate overloaded (it serves "
+        "195.745). The capacity search (planner/optimize/capacity.py aggregated_capacity) finds the "
+        "steady state stable up to 229.985 req/s (u -> 0.995 at B ~ 29.6); evaluate's saturation is the "
+        "last stable point of AggregatedModel._curve's 48-point geometric batch grid (B = 24.95; the "
+        "next, 31.58, is past u = 0.995), planner/serving/aggregated.py saturation_rate_per_s via "
+        "evaluate.py _operating_rate; 20 back-offs of 0.5 % do not bridge the 15 %, and "
+        "planner/optimize/plan.py _verify_top keeps the unverified configuration at the head of the "
+        "ranking"
+    ),
+)
 @PROPERTY
+@example(
+    model=("meta-llama/Llama-3.1-8B", "bf16"),
+    gpus=["h100-sxm"],
+    tensor_parallel=(1, 2),
+    workload=(("fixed", 16), ("fixed", 16), 0.0),
+    slo=Slo(ttft_s=None, ttft_percentile=50.0, itl_s=0.125, itl_percentile=50.0),
+    goal=1,
+    arrival_cv=1.0,
+)
 @given(**plan_args)
 def test_the_whole_plan_chosen_configuration_meets_its_slo_when_evaluated(
     model, gpus, tensor_parallel, workload, slo, goal, arrival_cv
