@@ -54,8 +54,9 @@ PLAN_TOKEN_BUDGETS = (512, 1024, 2048, 4096, 8192)
 PLAN_MAX_BATCH_SIZES = (16, 32, 64, 128, 256, 512)
 #: without chunked prefill vLLM's budget is max(max_model_len, 2048)
 UNCHUNKED_MIN_BUDGET = 2048
-#: configurations verified by a full evaluation
+#: configurations verified by a full evaluation, and the most the plan evaluates to find them
 NUM_VERIFIED = 2
+MAX_VERIFY_ATTEMPTS = 6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -402,8 +403,12 @@ def _verify_top(
 ) -> list[Configuration]:
     """Evaluate the leading aggregated configurations (the disaggregated one is evaluated by its search)."""
     out = []
-    for k, cfg in enumerate(ranked):
-        if k < NUM_VERIFIED and cfg.mode != "disaggregated" and cfg.evaluation is None:
+    failed: set[int] = set()
+    attempts = passed = 0
+    for cfg in ranked:
+        if (passed < NUM_VERIFIED and attempts < MAX_VERIFY_ATTEMPTS and cfg.mode != "disaggregated"
+                and cfg.evaluation is None):
+            attempts += 1
             tick(search.checkpoint, "verification")
             assert cfg.gpu is not None and cfg.replicas is not None and cfg.parallelism is not None
             gpu = next(g for g in search.gpus if g.id == cfg.gpu)
@@ -436,9 +441,17 @@ def _verify_top(
                 evaluation=ev,
                 score=_score(search, rate, cfg.num_gpus, cfg.cost_per_hour_usd, mean_out),
             )
+            if ok:
+                passed += 1
+            else:
+                failed.add(len(out))
+        elif cfg.mode == "disaggregated" and cfg.verified:
+            passed += 1
         out.append(cfg)
-    # a verified back-off can reorder the head; unverified ones keep their search order behind equals
-    return sorted(out, key=lambda c: -c.score)
+    # a verified back-off can reorder the head; a configuration the full evaluation refuted goes last (the
+    # plan never recommends one); unverified ones keep their search order behind equals
+    order = sorted(range(len(out)), key=lambda k: (k in failed, -out[k].score))
+    return [out[k] for k in order]
 
 
 def _frontier(

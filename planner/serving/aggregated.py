@@ -46,6 +46,8 @@ NUM_BATCH_POINTS = 20
 MAX_UTILIZATION = 0.995
 #: decode batches of the λ(B) curve an arrival rate is interpolated on (geometric from 1e-3 to the cap)
 CURVE_POINTS = 48
+#: rounds and points of the search for the end of the stable branch between two curve points
+EDGE_ROUNDS, EDGE_POINTS = 2, 24
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +133,13 @@ class SteadyState:
     stable: NDArray[np.bool_]
     #: the budget row of each state (see ``AggregatedModel.budgets``)
     budget_index: NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+
+
+def _stable_branch(st: SteadyState) -> NDArray[np.bool_]:
+    """The points of a batch grid on the stable, increasing branch of λ(B)."""
+    lam = st.rate_per_s
+    ok = st.stable & np.isfinite(lam)
+    return ok & (lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf)))
 
 
 class AggregatedModel:
@@ -255,12 +264,35 @@ class AggregatedModel:
         if wait_scale not in cache:
             cap = max(self.batch_cap, 1e-3)
             b = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, CURVE_POINTS)])
+            b = self._refined_edge(b, wait_scale)
             st = self._at_batch(b, 1.0, wait_scale)
             lam = st.rate_per_s
-            ok = st.stable & np.isfinite(lam)
-            ok &= lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf))
+            ok = _stable_branch(st)
             cache[wait_scale] = (b, lam, ok, st)
         return cache[wait_scale][:3]
+
+    def _refined_edge(self, b: FloatArray, wait_scale: float) -> FloatArray:
+        """The batch grid with the end of the stable branch located between its two grid points: the grid
+        steps by ~30 % in B, and the saturation rate is the top of the branch, so ``EDGE_ROUNDS`` rounds of
+        ``EDGE_POINTS`` points narrow the last step to 1/EDGE_POINTS^rounds of itself."""
+        ok = _stable_branch(self._at_batch(b, 1.0, wait_scale))
+        last = int(np.flatnonzero(ok)[-1]) if np.any(ok) else -1
+        if last < 0 or last == b.size - 1:
+            return b
+        lo, hi = float(b[last]), float(b[last + 1])
+        found: list[float] = []
+        for _ in range(EDGE_ROUNDS):
+            pts = np.linspace(lo, hi, EDGE_POINTS + 2)[1:-1]
+            trial = np.concatenate([b[: last + 1], pts])
+            good = _stable_branch(self._at_batch(trial, 1.0, wait_scale))[last + 1:]
+            # the leading run of stable points: the edge lies after its last one
+            k = (int(np.flatnonzero(~good)[0]) if not np.all(good) else good.size) - 1
+            if k < 0:
+                hi = float(pts[0])
+                continue
+            found.append(float(pts[k]))
+            lo, hi = float(pts[k]), (float(pts[k + 1]) if k + 1 < pts.size else hi)
+        return np.unique(np.concatenate([b, found])) if found else b
 
     def _curve_state(self, wait_scale: float) -> SteadyState:
         """The steady states along the stable branch of the curve (Poisson-like arrivals)."""
