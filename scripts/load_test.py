@@ -61,6 +61,28 @@ MIX = (
 PHASES = 5
 
 
+def start_server(workers: int) -> tuple[subprocess.Popen, str]:
+    """``planner serve --workers N`` on a free loopback port, without the ``PLANNER_*`` environment and with
+    the access log off, once it answers; (the process, its base URL)."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANNER_")} | {"PLANNER_ACCESS_LOG": "false"}
+    planner = Path(sys.executable).parent / "planner"
+    server = subprocess.Popen([str(planner), "serve", "--port", str(port), "--workers", str(workers)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{url}/v1/gpus", timeout=2).status_code == 200:
+                return server, url
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            server.terminate()
+            raise SystemExit("the server did not come up")
+        time.sleep(0.3)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -116,23 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--timeout", type=float, default=60.0, help="per request [s]")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args(argv)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANNER_")} | {"PLANNER_ACCESS_LOG": "false"}
-    planner = Path(sys.executable).parent / "planner"
-    server = subprocess.Popen([str(planner), "serve", "--port", str(port), "--workers", str(args.workers)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, url = start_server(args.workers)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/v1/gpus", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("the server did not come up")
-            time.sleep(0.5)
         # warm every worker's catalogs and code paths, then the first memory reading
         asyncio.run(_fire(url, 400, args.in_flight, args.timeout))
         rss_before = _rss_bytes(server.pid)

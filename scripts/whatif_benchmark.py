@@ -17,8 +17,6 @@ import argparse
 import asyncio
 import os
 import platform
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -39,6 +37,9 @@ from planner.api.settings import Settings  # noqa: E402
 from planner.api.whatif_columns import evaluate_sweep  # noqa: E402
 from planner.serving.batch import evaluate_open_loop_rows  # noqa: E402
 from planner.serving.evaluate import replica_model  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from load_test import start_server  # noqa: E402
 
 DOC = ROOT / "docs" / "whatif_throughput.md"
 COMMAND = "PYTHONPATH=. .venv/bin/python scripts/whatif_benchmark.py --write"
@@ -142,37 +143,16 @@ def pipeline(text: str, catalogs: Catalogs, output: str) -> Callable[[], object]
     return run
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def over_http(text: str, workers: int, accept: str, repeats: int) -> float:
     """Median seconds for all the sweep's scenarios over loopback to ``planner serve --workers N``: the sweep
     split in ``workers`` requests sent together."""
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANNER_")} | {"PLANNER_ACCESS_LOG": "false"}
-    planner = Path(sys.executable).parent / "planner"
-    server = subprocess.Popen([str(planner), "serve", "--port", str(port), "--workers", str(workers)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1/whatif"
+    server, base = start_server(workers)
+    url = f"{base}/v1/whatif"
     header, *lines = text.splitlines()
     parts = [(header + "\n" + "\n".join(chunk) + "\n").encode()
              for chunk in np.array_split(np.array(lines, dtype=object), workers)]
     headers = {"content-type": "text/csv", "accept": accept}
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/gpus", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("the server did not come up")
-            time.sleep(0.3)
-
         async def once() -> None:
             async with httpx.AsyncClient(timeout=600) as client:
                 got = await asyncio.gather(*(client.post(url, content=p, headers=headers) for p in parts))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy import stats
 
 from planner.errors import InvalidInput
 from planner.serving import queueing as Q
@@ -45,14 +46,10 @@ UTILIZATIONS = ("prefill_lane", "decode_batch", "kv_cache")
 LIMITING = ("prefill", "decode", "kv_capacity")
 
 
-def _norm_ppf(p: FloatArray) -> FloatArray:
-    from scipy import stats
-
-    return stats.norm.ppf(p)
-
-
-_TPOT_Z = _norm_ppf(TPOT_POINTS)
-_FLUCTUATION_Z = _norm_ppf((np.arange(FLUCTUATION_POINTS) + 0.5) / FLUCTUATION_POINTS)
+#: their standard-normal quantiles, and the fluctuation's equal-mass standard-normal points (computed once:
+#: scipy's ppf costs more than the rest of the laws)
+TPOT_Z = stats.norm.ppf(TPOT_POINTS)
+FLUCTUATION_Z = stats.norm.ppf((np.arange(FLUCTUATION_POINTS) + 0.5) / FLUCTUATION_POINTS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,7 +144,7 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
     # the decode batch fluctuates around its mean (Poisson occupancy, size-biased weights): every iteration
     # kind moves by the decode-time change, the steady state's mean iteration time kept
     b = st.batch
-    b_pts = np.clip(np.round(b[:, None] + np.sqrt(np.maximum(b, 0.0))[:, None] * _FLUCTUATION_Z[None, :]), 1.0,
+    b_pts = np.clip(np.round(b[:, None] + np.sqrt(np.maximum(b, 0.0))[:, None] * FLUCTUATION_Z[None, :]), 1.0,
                     max(model.batch_cap, 1.0))
     b_pts = np.where((b > 0)[:, None], b_pts, 0.0)
     b_w = np.where((b > 0)[:, None], b_pts, 1.0)
@@ -173,7 +170,7 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
     if np.any(multi):
         steps = np.maximum(out_v[multi] - 1.0, 1.0)
         sd = np.sqrt(var[:, None] / steps[None, :])  # (n, n_out)
-        pts = np.maximum(itl_mean[:, None, None] + sd[:, :, None] * _TPOT_Z[None, None, :], 0.0).reshape(n, -1)
+        pts = np.maximum(itl_mean[:, None, None] + sd[:, :, None] * TPOT_Z[None, None, :], 0.0).reshape(n, -1)
         wts = np.repeat(out_w[multi] / len(TPOT_POINTS), len(TPOT_POINTS))
         tpot_q = Q.weighted_quantiles_rows(pts, wts, QUANTILES)
     else:

@@ -19,13 +19,20 @@ from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
 
 from planner.costs.passes import mixed_step_latency_s
 from planner.errors import InvalidInput, PlannerError
 from planner.serving import queueing as Q
 from planner.serving.aggregated import AggregatedModel
-from planner.serving.batch import evaluate_open_loop_rows, row_evaluation, slo_columns
+from planner.serving.batch import (  # noqa: F401 (QUANTILES, TPOT_POINTS, FLUCTUATION_Z: part of this module's API)
+    FLUCTUATION_Z,
+    QUANTILES,
+    TPOT_POINTS,
+    TPOT_Z,
+    evaluate_open_loop_rows,
+    row_evaluation,
+    slo_columns,
+)
 from planner.serving.disaggregated import DisaggregatedModel
 from planner.serving.types import (
     AggregatedDeployment,
@@ -36,14 +43,8 @@ from planner.serving.types import (
 )
 
 FloatArray = NDArray[np.float64]
-QUANTILES = np.array([0.5, 0.9, 0.99])
-#: points per output length for the TPOT normal approximation
-TPOT_POINTS = np.array([0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98])
-#: their standard-normal quantiles (computed once: scipy's ppf costs more than the rest of the TPOT law)
-_TPOT_Z = stats.norm.ppf(TPOT_POINTS)[None, :]
+_TPOT_Z = TPOT_Z[None, :]
 MAX_POINTS = 256
-#: standard-normal points (equal mass) representing the decode-batch fluctuation
-FLUCTUATION_Z = stats.norm.ppf((np.arange(7) + 0.5) / 7)
 
 
 def _stats(mean: float, q: FloatArray) -> LatencyStats:
