@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter
+from fastapi.responses import Response
 
 from planner.api.catalogs import Catalogs, CatalogsDep
 from planner.api.diagnose_schemas import (
@@ -16,6 +17,7 @@ from planner.api.diagnose_schemas import (
     MeasurementsIn,
 )
 from planner.api.problems import problem_responses
+from planner.api.responses import model_response
 from planner.api.routers.estimate import calibration_of, resolve_dtypes, resolve_engine, resolve_model
 from planner.api.routers.evaluate import (
     build_deployment,
@@ -85,7 +87,7 @@ def _gpus(problem: ServingProblem) -> list:
 
 
 @router.post("/diagnose", response_model=DiagnoseResponse)
-def diagnose_deployment(body: DiagnoseRequest, catalogs: CatalogsDep) -> DiagnoseResponse:
+def diagnose_deployment(body: DiagnoseRequest, catalogs: CatalogsDep) -> Response:
     """Which phase is slow: each symptom the measurements cover (first token later for longer prompts, later
     tokens slower as histories grow, a long prompt interrupting other streams, pools moving state) compared
     with the model's expectation for this deployment and workload, named by phase (queueing, prefill, decode,
@@ -103,18 +105,18 @@ def diagnose_deployment(body: DiagnoseRequest, catalogs: CatalogsDep) -> Diagnos
     expected = None
     if result.expected is not None:
         expected = asdict(result.expected) | {"warnings": list(result.expected.warnings)}
-    return DiagnoseResponse.model_validate({
+    return model_response(DiagnoseResponse.model_validate({
         "slowest_phase": result.slowest_phase,
         "summary": result.summary,
         "findings": [asdict(f) for f in result.findings],
         "expected": expected,
         "measurement_sources": list(measurements.sources),
         "notes": notes + list(result.notes) + inherited_efficiency_notes(_gpus(problem)),
-    })
+    }))
 
 
 @router.post("/calibrate", response_model=CalibrateResponse, tags=["calibrate"])
-def calibrate_profile(body: CalibrateRequest, catalogs: CatalogsDep) -> CalibrateResponse:
+def calibrate_profile(body: CalibrateRequest, catalogs: CatalogsDep) -> Response:
     """Fit the GEMM efficiency (peak fraction and curve), memory efficiency, per-step and per-request overheads
     and collective efficiency to measurements of one deployment by bounded least squares, and return the
     profile (pass it as ``calibration`` to any other endpoint), the residuals before and after, and which
@@ -150,7 +152,7 @@ def calibrate_profile(body: CalibrateRequest, catalogs: CatalogsDep) -> Calibrat
     result = calibrate(problem, measurements, points, fitted_on=fitted_on)
     # the fit is relative to the problem it saw, which already carried the request's profile
     profile = asdict(composed(start, result.profile))
-    return CalibrateResponse.model_validate({
+    return model_response(CalibrateResponse.model_validate({
         "status": result.status,
         "message": result.message,
         "calibration": profile,
@@ -163,4 +165,4 @@ def calibrate_profile(body: CalibrateRequest, catalogs: CatalogsDep) -> Calibrat
         "num_evaluations": result.num_evaluations,
         "measurement_sources": list(measurements.sources) + (["benchmarks"] if points else []),
         "assumptions": notes + list(result.assumptions),
-    })
+    }))

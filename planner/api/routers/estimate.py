@@ -7,10 +7,12 @@ from dataclasses import asdict
 from typing import Any, Protocol
 
 from fastapi import APIRouter
+from fastapi.responses import Response
 
 from planner.api.catalogs import Catalogs, CatalogsDep
 from planner.api.limits import MAX_INLINE_CONFIG_BYTES
 from planner.api.problems import problem_responses
+from planner.api.responses import model_response
 from planner.api.schemas import (
     DecodeRequest,
     DecodeResponse,
@@ -130,13 +132,13 @@ def _echo(ctx: CostContext, cost: PassCost) -> dict[str, object]:
 
 
 @router.post("/prefill", response_model=PrefillResponse)
-def estimate_prefill(body: PrefillRequest, catalogs: CatalogsDep) -> PrefillResponse:
+def estimate_prefill(body: PrefillRequest, catalogs: CatalogsDep) -> Response:
     """Latency, work and per-operator breakdown of one prefill pass of a batch of prompts."""
     ctx = build_context(body, catalogs)
     cost = prefill_cost(
         ctx, prompt_tokens=body.prompt_tokens, batch_size=body.batch_size, cached_tokens=body.cached_tokens
     )
-    return PrefillResponse.model_validate(
+    return model_response(PrefillResponse.model_validate(
         _echo(ctx, cost)
         | {
             "latency_s": cost.latency_s,
@@ -145,15 +147,15 @@ def estimate_prefill(body: PrefillRequest, catalogs: CatalogsDep) -> PrefillResp
             "cached_tokens": body.cached_tokens,
             "batch_size": body.batch_size,
         }
-    )
+    ))
 
 
 @router.post("/decode", response_model=DecodeResponse)
-def estimate_decode(body: DecodeRequest, catalogs: CatalogsDep) -> DecodeResponse:
+def estimate_decode(body: DecodeRequest, catalogs: CatalogsDep) -> Response:
     """Latency and per-operator breakdown of one decode step (one new token per sequence)."""
     ctx = build_context(body, catalogs)
     cost = decode_cost(ctx, batch_size=body.batch_size, context_tokens=body.context_tokens)
-    return DecodeResponse.model_validate(
+    return model_response(DecodeResponse.model_validate(
         _echo(ctx, cost)
         | {
             "step_latency_s": cost.latency_s,
@@ -161,4 +163,4 @@ def estimate_decode(body: DecodeRequest, catalogs: CatalogsDep) -> DecodeRespons
             "batch_size": body.batch_size,
             "context_tokens": body.context_tokens,
         }
-    )
+    ))

@@ -8,9 +8,11 @@ from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
 from fastapi import APIRouter
+from fastapi.responses import Response
 
 from planner.api.catalogs import Catalogs, CatalogsDep
 from planner.api.problems import problem_responses
+from planner.api.responses import model_response
 from planner.api.routers.estimate import calibration_of, resolve_dtypes, resolve_engine, resolve_model
 from planner.api.schemas import MAX_SAMPLES, MAX_TOKENS, ParallelismIn, ParallelismOut
 from planner.api.serving_schemas import (
@@ -325,11 +327,11 @@ def evaluation_response(problem: ServingProblem, evaluation: Evaluation, notes: 
 
 
 @router.post("", response_model=EvaluateResponse)
-def evaluate_deployment(body: EvaluateRequest, catalogs: CatalogsDep) -> EvaluateResponse:
+def evaluate_deployment(body: EvaluateRequest, catalogs: CatalogsDep) -> Response:
     """Predicted TTFT, ITL, TPOT and end-to-end latency (mean, p50, p90, p99), throughput, utilization
     and the TTFT breakdown of a deployment under a workload, in steady state.
 
     An overloaded deployment is an answer (``feasible: false``), not an error.
     """
     problem, notes = build_problem(body, catalogs)
-    return evaluation_response(problem, evaluate(problem), notes)
+    return model_response(evaluation_response(problem, evaluate(problem), notes))

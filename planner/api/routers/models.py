@@ -6,9 +6,11 @@ from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Path
+from fastapi.responses import Response
 
 from planner.api.catalogs import CatalogsDep
 from planner.api.problems import problem_responses
+from planner.api.responses import model_response
 from planner.api.schemas import ModelDetail, ModelList, ModelSummary
 from planner.models import ModelArchitecture
 from planner.units import DTYPE_BYTES
@@ -51,15 +53,15 @@ def model_detail(arch: ModelArchitecture) -> ModelDetail:
 
 
 @router.get("", response_model=ModelList)
-def list_models(catalogs: CatalogsDep) -> ModelList:
+def list_models(catalogs: CatalogsDep) -> Response:
     """Every model in the catalog with its size; details at /v1/models/{model_id}."""
     models = catalogs.models
-    return ModelList(
+    return model_response(ModelList(
         models=[ModelSummary.model_validate(_summary_fields(models.get(i))) for i in models.ids()]
-    )
+    ))
 
 
 @router.get("/{model_id:path}", response_model=ModelDetail, responses=problem_responses([404, 422]))
-def get_model(model_id: Annotated[str, Path(max_length=200)], catalogs: CatalogsDep) -> ModelDetail:
+def get_model(model_id: Annotated[str, Path(max_length=200)], catalogs: CatalogsDep) -> Response:
     """One model by Hugging Face repo id or alias (case-insensitive); 404 lists the closest ids."""
-    return model_detail(catalogs.models.get(model_id))
+    return model_response(model_detail(catalogs.models.get(model_id)))

@@ -11,6 +11,7 @@ from dataclasses import asdict, fields, is_dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
+from fastapi.responses import Response
 
 from planner.api.catalogs import Catalogs, CatalogsDep
 from planner.api.deadline import deadline_checkpoint
@@ -25,6 +26,7 @@ from planner.api.plan_schemas import (
     PlanWorkloadIn,
 )
 from planner.api.problems import problem_responses
+from planner.api.responses import model_response
 from planner.api.routers.estimate import calibration_of, resolve_dtypes, resolve_engine, resolve_model
 from planner.api.routers.evaluate import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -136,7 +138,7 @@ def _problem(
 
 
 @router.post("/chunked", response_model=PlanChunkedResponse)
-def plan_chunk_budget(body: PlanChunkedRequest, catalogs: CatalogsDep, settings: SettingsDep) -> PlanChunkedResponse:
+def plan_chunk_budget(body: PlanChunkedRequest, catalogs: CatalogsDep, settings: SettingsDep) -> Response:
     """The token budget and max batch size that serve the most load within the SLO (or, at a target load,
     give the lowest TTFT within it), with the whole budget → TTFT, ITL, throughput, chunk-overhead curve."""
     workload, arrival_rate, cv = _workload(body.workload)
@@ -158,7 +160,7 @@ def plan_chunk_budget(body: PlanChunkedRequest, catalogs: CatalogsDep, settings:
             checkpoint=deadline_checkpoint(settings.search_deadline_s),
         )
     )
-    return PlanChunkedResponse.model_validate(
+    return model_response(PlanChunkedResponse.model_validate(
         {
             "status": result.status,
             "objective": result.objective,
@@ -178,7 +180,7 @@ def plan_chunk_budget(body: PlanChunkedRequest, catalogs: CatalogsDep, settings:
             "nearest_feasible_slo": _slo_out(result.nearest_feasible_slo),
             "assumptions": list(result.assumptions),
         }
-    )
+    ))
 
 
 def _candidates(
@@ -196,7 +198,7 @@ def _candidates(
 
 
 @router.post("/disaggregated", response_model=PlanDisaggregatedResponse)
-def plan_pool_split(body: PlanDisaggregatedRequest, catalogs: CatalogsDep, settings: SettingsDep) -> PlanDisaggregatedResponse:
+def plan_pool_split(body: PlanDisaggregatedRequest, catalogs: CatalogsDep, settings: SettingsDep) -> Response:
     """Prefill and decode worker counts, GPU and tensor-parallel degree per pool: the most goodput within a GPU
     budget, or the fewest GPUs (lowest cost with prices) for a target rate; pool utilizations, the KV-transfer
     load against the link, and which pool limits."""
@@ -258,7 +260,7 @@ def plan_pool_split(body: PlanDisaggregatedRequest, catalogs: CatalogsDep, setti
         return asdict(choice) | {"parallelism": parallelism_out(choice.parallelism)}
 
     gpus = [c.gpu for c in pre + dec]
-    return PlanDisaggregatedResponse.model_validate(
+    return model_response(PlanDisaggregatedResponse.model_validate(
         {
             "status": result.status,
             "objective": result.objective,
@@ -281,11 +283,11 @@ def plan_pool_split(body: PlanDisaggregatedRequest, catalogs: CatalogsDep, setti
             "assumptions": list(result.assumptions),
             "alternatives": list(result.alternatives),
         }
-    )
+    ))
 
 
 @router.post("", response_model=PlanResponse)
-def plan_deployment(body: PlanRequest, catalogs: CatalogsDep, settings: SettingsDep) -> PlanResponse:
+def plan_deployment(body: PlanRequest, catalogs: CatalogsDep, settings: SettingsDep) -> Response:
     """Ranked configurations across aggregated (chunked, unchunked) and disaggregated modes, GPUs and
     tensor-parallel degrees by the objective, the Pareto frontier of throughput per GPU against tokens per
     second per user, and a recommendation with its reasons."""
@@ -318,7 +320,7 @@ def plan_deployment(body: PlanRequest, catalogs: CatalogsDep, settings: Settings
             row[key] = None if par is None else parallelism_out(par)
         row |= {"rank": rank, "label": cfg.label, "metrics": _metrics(cfg.evaluation, [])}
         configs.append(row)
-    return PlanResponse.model_validate(
+    return model_response(PlanResponse.model_validate(
         {
             "status": result.status,
             "objective": result.objective,
@@ -334,4 +336,4 @@ def plan_deployment(body: PlanRequest, catalogs: CatalogsDep, settings: Settings
             "assumptions": list(result.assumptions) + notes,
             "skipped": list(result.skipped),
         }
-    )
+    ))
