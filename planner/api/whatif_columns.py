@@ -29,11 +29,10 @@ from planner.api.serving_schemas import EvaluateRequest
 from planner.errors import PlannerError
 from planner.serving.batch import (
     LIMITING,
-    OVERLOAD_WARNING,
     UTILIZATIONS,
     evaluate_open_loop_rows,
-    itl_warning_parts,
     row_evaluation,
+    rows_warnings,
 )
 from planner.serving.evaluate import TableMemo, replica_model
 from planner.serving.types import AggregatedDeployment
@@ -307,7 +306,7 @@ def columnar_group(row: Any, values: Sequence[Mapping[str, Any]], catalogs: Cata
         return None
     template = evaluation_response(problem, row_evaluation(rows, 0, slo), notes).model_dump(mode="json")
     prefix = notes + inherited_efficiency_notes([dep.gpu])
-    warnings = _sweep_warnings(rows, prefix, slo_kw)
+    warnings = rows_warnings(rows, prefix, slo_kw.get("itl_percentile"), slo_kw.get("itl_target_s"))
     frac = rows.slo_attainment_fraction
     values_out: dict[str, list[Any]] = {}
     for name, keys in _NESTED:
@@ -414,25 +413,5 @@ def evaluate_sweep(request: Mapping[str, Any], catalogs: Catalogs, *, rate_per_s
             "slo_attainment_fraction": rows.slo_attainment_fraction,
             "goodput_requests_per_s": rows.goodput_requests_per_s}
     prefix = notes + inherited_efficiency_notes([dep.gpu])
-    out["warnings"] = _sweep_warnings(rows, prefix, slo_kw)
+    out["warnings"] = rows_warnings(rows, prefix, slo_kw.get("itl_percentile"), slo_kw.get("itl_target_s"))
     return out
-
-
-def _sweep_warnings(rows: Any, prefix: list[str], slo_kw: Mapping[str, np.ndarray]) -> list[list[str]]:
-    """Each point's warnings (the request's notes, then an overload, then a missed ITL target)."""
-    n = rows.feasible.size
-    warnings = [prefix] * n
-    itl_target = slo_kw.get("itl_target_s")
-    missed = np.zeros(n, dtype=bool) if itl_target is None else np.isfinite(rows.itl_at_slo_s) & (
-        rows.itl_at_slo_s > np.where(np.isfinite(itl_target), itl_target, np.inf))
-    overloaded = (~rows.feasible).tolist()
-    texts: dict[tuple[float, float], tuple[str, str]] = {}
-    for j in np.flatnonzero(~rows.feasible | missed).tolist():
-        extra = [OVERLOAD_WARNING] if overloaded[j] else []
-        if missed[j]:
-            assert itl_target is not None
-            pct, target = float(slo_kw["itl_percentile"][j]), float(itl_target[j])
-            head, tail = texts.get((pct, target)) or texts.setdefault((pct, target), itl_warning_parts(pct, target))
-            extra.append(f"{head}{float(rows.itl_at_slo_s[j]):.3g}{tail}")
-        warnings[j] = prefix + extra
-    return warnings

@@ -14,6 +14,7 @@ evaluate call give the same numbers. The laws are those of ``planner.serving.eva
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -228,15 +229,29 @@ OVERLOAD_WARNING = ("the offered load exceeds what the deployment serves in stea
                     "at the stability limit")
 
 
-def itl_warning(itl_at_s: float, percentile: float, target_s: float) -> str:
-    """The warning of a row whose ITL at the SLO's percentile misses the target."""
-    head, tail = itl_warning_parts(percentile, target_s)
-    return f"{head}{itl_at_s:.3g}{tail}"
-
-
-def itl_warning_parts(percentile: float, target_s: float) -> tuple[str, str]:
-    """The text of :func:`itl_warning` before and after the ITL figure (what a batch shares between rows)."""
-    return f"ITL p{percentile:g} is ", f" s, above the {target_s:g} s target"
+def rows_warnings(rows: OpenLoopRows, prefix: list[str], itl_percentile: FloatArray | None,
+                  itl_target_s: FloatArray | None) -> list[list[str]]:
+    """The warnings of every row, as ``evaluate`` gives them: ``prefix`` (the request's notes), then an
+    overload, then a missed ITL target at its percentile. Rows without a warning of their own share the
+    ``prefix`` list; only the others build text."""
+    n = rows.feasible.size
+    out = [prefix] * n
+    at = rows.itl_at_slo_s
+    missed = np.zeros(n, dtype=bool) if itl_target_s is None else np.isfinite(at) & (
+        at > np.where(np.isfinite(itl_target_s), itl_target_s, np.inf))
+    overloaded = (~rows.feasible).tolist()
+    texts: dict[tuple[float, float], tuple[str, str]] = {}
+    for j in np.flatnonzero(~rows.feasible | missed).tolist():
+        extra = [OVERLOAD_WARNING] if overloaded[j] else []
+        if missed[j]:
+            assert itl_target_s is not None and itl_percentile is not None
+            key = (float(itl_percentile[j]), float(itl_target_s[j]))
+            if key not in texts:
+                texts[key] = (f"ITL p{key[0]:g} is ", f" s, above the {key[1]:g} s target")
+            head, tail = texts[key]
+            extra.append(f"{head}{float(at[j]):.3g}{tail}")
+        out[j] = prefix + extra
+    return out
 
 
 def slo_columns(slo: Slo | None, n: int) -> dict[str, FloatArray]:
@@ -250,13 +265,9 @@ def slo_columns(slo: Slo | None, n: int) -> dict[str, FloatArray]:
             "itl_target_s": col(slo.itl_s), "itl_percentile": col(slo.itl_percentile)}
 
 
-def row_warnings(rows: OpenLoopRows, i: int, itl_percentile: float | None, itl_target_s: float | None) -> list[str]:
-    """The warnings ``evaluate`` gives row ``i``: an overload, then a missed ITL target."""
-    out = [] if rows.feasible[i] else [OVERLOAD_WARNING]
-    at = float(rows.itl_at_slo_s[i])
-    if itl_target_s is not None and itl_percentile is not None and np.isfinite(at) and at > itl_target_s:
-        out.append(itl_warning(at, itl_percentile, itl_target_s))
-    return out
+def _row(rows: OpenLoopRows, i: int) -> OpenLoopRows:
+    """Row ``i`` alone (what the warnings of one evaluation read)."""
+    return dataclasses.replace(rows, feasible=rows.feasible[i:i + 1], itl_at_slo_s=rows.itl_at_slo_s[i:i + 1])
 
 
 def row_evaluation(rows: OpenLoopRows, i: int, slo: Slo | None) -> Evaluation:
@@ -265,6 +276,7 @@ def row_evaluation(rows: OpenLoopRows, i: int, slo: Slo | None) -> Evaluation:
         return LatencyStats(mean=float(a[i, 0]), p50=float(a[i, 1]), p90=float(a[i, 2]), p99=float(a[i, 3]))
 
     q, pre, kv, ovh = (float(x) for x in rows.ttft_breakdown_s[i])
+    slo_kw = slo_columns(slo, 1)
     frac = float(rows.slo_attainment_fraction[i])
     return Evaluation(
         ttft_s=lat(rows.ttft_s), itl_s=lat(rows.itl_s), tpot_s=lat(rows.tpot_s), e2e_latency_s=lat(rows.e2e_latency_s),
@@ -278,6 +290,5 @@ def row_evaluation(rows: OpenLoopRows, i: int, slo: Slo | None) -> Evaluation:
         feasible=bool(rows.feasible[i]), limiting_resource=LIMITING[int(rows.limiting[i])],
         slo_attainment_fraction=None if np.isnan(frac) else frac,
         goodput_requests_per_s=None if np.isnan(frac) else float(rows.goodput_requests_per_s[i]),
-        warnings=tuple(row_warnings(rows, i, None if slo is None else slo.itl_percentile,
-                                    None if slo is None else slo.itl_s)),
+        warnings=tuple(rows_warnings(_row(rows, i), [], slo_kw.get("itl_percentile"), slo_kw.get("itl_target_s"))[0]),
     )
