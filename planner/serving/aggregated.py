@@ -220,15 +220,29 @@ class AggregatedModel:
         grid = self._grid
         budget_left = np.maximum(self.budgets[:, None] - grid[None, :], 1.0)  # (nk, nb)
         chunk = CHUNK_FRACTIONS[None, None, :] * budget_left[:, :, None]
-        # a chunk's earlier KV: the cached prefix plus, for prompts longer than one chunk, half the rest
-        cached = self.hit * float(np.dot(self.in_values, self.in_weights)) + np.maximum(
-            0.0, (self.mean_prompt_compute - budget_left[:, :, None]) / 2.0)
+        # a chunk's earlier KV: the cached prefix plus the chunk's offset in its prompt, averaged over the
+        # prompt tokens of every chunk (token-weighted: a chunk's attention work grows with its tokens times
+        # its offset), over the prompt distribution: its long prompts are the ones split into chunks
+        cached = self.hit * float(np.dot(self.in_values, self.in_weights)) + self._mean_chunk_offset(
+            budget_left)[:, :, None]
         seqs = np.maximum(1.0, chunk / self.mean_prompt_compute)
         mixed = dict(decode_batch=grid[None, :, None], decode_context_tokens=self.decode_context,
                      prefill_tokens=chunk, prefill_cached_tokens=cached * (chunk > 0), prefill_sequences=seqs)
         prompt = dict(decode_batch=0.0, decode_context_tokens=0.0, prefill_tokens=self.prompt_compute,
                       prefill_cached_tokens=np.round(self.in_values * self.hit), prefill_sequences=1.0)
         return mixed, prompt
+
+    def _mean_chunk_offset(self, chunk_budget: FloatArray) -> FloatArray:
+        """Token-weighted mean offset [tokens] of a prefill chunk in its prompt's computed part, for chunks of
+        ``chunk_budget`` tokens (any shape): a prompt of ``Lp`` tokens is cut into ``n = ⌈Lp / C⌉`` chunks,
+        the j-th (j = 0 … n − 1) starting at ``j·C``, the last one holding the ``Lp − (n − 1)·C`` left."""
+        c = np.maximum(np.asarray(chunk_budget, dtype=np.float64), 1.0)[..., None]
+        lp = self.prompt_compute
+        n = np.ceil(lp / c)
+        last = lp - (n - 1.0) * c
+        # full chunks: Σ_{j<n−1} C·(j·C) = C²·(n − 1)(n − 2)/2; the last chunk: last·(n − 1)·C
+        weighted = c * c * (n - 1.0) * (n - 2.0) / 2.0 + last * (n - 1.0) * c
+        return (weighted @ self.in_weights) / self.mean_prompt_compute
 
     def set_tables(self, mixed_s: FloatArray, prompt_prefill_s: FloatArray) -> None:
         grid = self._grid

@@ -7,6 +7,9 @@
   (same scale-up domain), the RDMA NIC, or PCIe. Layer-by-layer transfer overlaps with the prefill
   compute (Splitwise Sec. V-C; DistServe Sec. 4.4): only the last layer's share, and whatever the link
   cannot hide behind the compute, adds to TTFT.
+- A closed loop of N clients: the prefill pool is the one queue of a closed network whose other stations
+  (front end, KV transfer, decode) are delays; its wait comes from mean-value analysis over the N clients
+  (``queueing.closed_queue_mva``), which bounds the queue by the population.
 - Decode pool: ``D`` workers, decode-only iterations; Little's law ``B = (λ/D)·(E[O] − 1)·τ_d(B)``.
 """
 
@@ -225,3 +228,38 @@ class DisaggregatedModel:
             lam = float(np.clip(lo + (clients - n_lo) * (hi - lo) / (n_hi - n_lo), 0.0, sat))
             lo, hi = lam * 0.999, min(lam * 1.001, sat)
         return lam
+
+    def closed_loop_prefill(self, clients: float, arrival_scv: float) -> tuple[float, float, float] | None:
+        """(per-pool throughput [req/s], mean prefill wait [s], probability of waiting) of a closed loop of
+        ``clients``, by mean-value analysis of the prefill queue with the rest of each client's cycle as a
+        delay; None when the decode pool or the KV link limits before the prefill pool does (the caller
+        then keeps the open-loop queue at the solved rate).
+
+        The delay ``Z`` (front end, exposed transfer, decode slot wait, the decode steps) depends on the
+        throughput through the decode batch: ``Z`` is re-read at each new throughput, a fixed point that
+        settles in a few rounds because the decode time moves far less than the throughput."""
+        w = self.in_weights
+        mean_s = float(np.dot(w, self.prefill_s))
+        if clients < 1.0 or mean_s <= 0.0:
+            return None
+        scv_s = max(float(np.dot(w, self.prefill_s**2)) / mean_s**2 - 1.0, 0.0)
+        scale = max(clients - 1.0, 0.0) / clients
+        lam = self.closed_loop_rate_per_s(clients, arrival_scv)
+        prefill_max = MAX_UTILIZATION * self.dep.prefill.workers / mean_s
+        other_max = min(self.dep.prefill.workers / float(np.dot(w, self.transfer_full_s)),
+                        float(self._decode_curve()[1][-1]))
+        if other_max < prefill_max:
+            return None
+        wait, p_wait = 0.0, 0.0
+        for _ in range(FIXED_POINT_ITERATIONS):
+            st = self.steady_state(np.array([min(lam, other_max)]), arrival_scv, scale)
+            think = float(self.mean_e2e_s(st)[0]) - float(st.prefill_wait_s[0]) - mean_s
+            x, wait, p_wait = Q.closed_queue_mva(clients=clients, service_mean_s=mean_s, service_scv=scv_s,
+                                               servers=self.dep.prefill.workers, think_s=max(think, 0.0))
+            done = abs(x - lam) <= 1e-9 * max(lam, 1e-12)
+            lam = x
+            if done:
+                break
+        if lam > other_max * (1.0 + 1e-9):
+            return None
+        return lam, wait, p_wait

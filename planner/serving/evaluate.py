@@ -350,22 +350,28 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     dep = problem.deployment
     model = DisaggregatedModel(problem)
     lam, scv, scale, extra, overloaded, st = _operating_rate(model, problem, 1)
+    w = problem.workload
+    # a closed loop's prefill queue: mean-value analysis over its clients, when the prefill pool limits
+    mva = (model.closed_loop_prefill(float(w.arrival.concurrency), scv) if w.arrival.kind == "closed_loop"
+           else None)
+    if mva is not None:
+        lam, extra = mva[0], 0.0
+        st = model.steady_state(np.array([lam]), scv, scale)
     saturated = extra > 0
     if st is None:
         st = model.steady_state(np.array([lam]), scv, scale)
     feasible = bool(st.stable[0]) and not overloaded
     warnings: list[str] = []
-    w = problem.workload
     in_w = model.in_weights
     overhead = problem.engine.request_overhead_s
-    wq = float(st.prefill_wait_s[0]) + extra
+    wq = float(st.prefill_wait_s[0]) + extra if mva is None else mva[1]
     if not feasible:
         warnings.append("the offered load exceeds what the pools serve in steady state: queues grow without "
                         "bound; throughput is what they serve at saturation and latencies are lower bounds, "
                         "evaluated at the stability limit")
     if saturated:
         warnings.append(f"the closed loop saturates the deployment: {extra:.3g} s of each request's latency is queueing")
-    p_wait = float(st.prefill_p_wait[0]) if extra == 0 else 1.0
+    p_wait = (float(st.prefill_p_wait[0]) if extra == 0 else 1.0) if mva is None else mva[2]
     shifts = overhead + model.prefill_s + model.transfer_s
     ttft_mean = overhead + wq + float(np.dot(in_w, model.prefill_s + model.transfer_s))
     ttft_q = Q.quantiles_of_shifted_wait(shifts, in_w, p_wait=p_wait if wq > 0 else 0.0, mean_wait_s=wq,

@@ -4,6 +4,11 @@
   server queue in heavy traffic", Proc. Camb. Phil. Soc. 57, 1961); exact (Pollaczek–Khinchine) for M/G/1.
 - G/G/c mean wait, Allen–Cunneen: ``Wq ≈ C(c, a)/(cμ − λ) · (c_a² + c_s²)/2`` with ``C`` the Erlang-C
   probability of waiting (Allen, "Probability, Statistics and Queueing Theory", 1990, Sec. 6.5).
+- Closed loops: mean-value analysis of one FCFS queue and a delay station (Reiser and Lavenberg, J. ACM
+  27(2), 1980), with the residual-service correction for general service times (Reiser, "A queueing
+  network analysis of computer communication networks with window flow control", IEEE Trans. Commun.
+  27(8), 1979) and c servers as one c-times faster server plus a delay of (c − 1)/c of a service
+  (Seidmann, Schweitzer and Shalev-Oren, Performance Evaluation 7(4), 1987).
 - Wait-time distribution: an atom at zero (no wait) and an exponential tail, ``P(W > t) = P_w ·
   exp(−t · P_w / Wq)`` — exact for M/M/c, the heavy-traffic limit for G/G/1 (Kingman 1961), and the
   standard two-moment approximation otherwise (Whitt, "Approximations for the GI/G/m queue", 1993).
@@ -217,3 +222,80 @@ def shifted_wait_cdf_rows(t: FloatArray, shifts_s: FloatArray, weights: FloatArr
     gap = np.asarray(t, dtype=np.float64)[:, None] - s
     tail = np.where(waits, p * np.exp(-np.maximum(gap, 0.0) / theta), 0.0)
     return np.sum(w * (gap >= 0) * (1.0 - tail), axis=1) / np.sum(w, axis=1)
+
+
+#: populations up to this are solved by the exact MVA recursion; larger ones by Schweitzer's fixed point
+MVA_EXACT_CLIENTS = 1024
+
+
+def closed_queue_mva(*, clients: float, service_mean_s: float, service_scv: float, servers: float,
+                     think_s: float) -> tuple[float, float, float]:
+    """Mean-value analysis of ``clients`` circulating between a FCFS queue of ``servers`` servers (mean
+    service ``service_mean_s`` [s], squared coefficient of variation ``service_scv``) and a delay of
+    ``think_s`` [s]: (throughput [1/s], mean wait in the queue [s], probability that an arrival waits).
+
+    Per population n = 1 … N, an arrival sees the queue of population n − 1 (the arrival theorem): its wait
+    is the work of those queued, one service each, and the residual of the one in service,
+    ``E[S]·(1 + c_s²)/2``, with the probability that the server is busy. c servers are one server of
+    ``E[S]/c`` plus a delay of ``E[S]·(c − 1)/c``. A fractional ``clients`` (clients spread over replicas)
+    interpolates between the neighbouring whole populations. The probability of waiting is Erlang C at the
+    load an arrival sees."""
+    n_max = max(float(clients), 1.0)
+    c = max(1, int(round(servers)))
+    s = float(service_mean_s) / c
+    extra_delay = float(service_mean_s) * (c - 1) / c
+    residual = s * (1.0 + max(float(service_scv), 0.0)) / 2.0
+    if n_max > MVA_EXACT_CLIENTS:
+        return _schweitzer_mva(n_max, s, extra_delay + float(think_s), residual, c)
+    q = u = 0.0
+    history: list[tuple[float, float, float]] = []
+    for n in range(1, int(np.ceil(n_max)) + 1):
+        resp = s + s * max(q - u, 0.0) + u * residual
+        x = n / (resp + extra_delay + float(think_s))
+        if x > 1.0 / s:
+            # the residual term assumes an arrival at a random moment of the service in progress; saturated,
+            # arrivals come at service completions: the server's capacity bounds the throughput, and Little's
+            # law over the cycle gives the response
+            x = 1.0 / s
+            resp = n * s - extra_delay - float(think_s)
+        seen_u = u
+        q, u = x * resp, min(x * s, 1.0)
+        history.append((x, resp - s, seen_u))
+    if len(history) >= 2 and n_max < len(history):
+        frac = n_max - (len(history) - 1)
+        (x0, w0, u0), (x1, w1, u1) = history[-2], history[-1]
+        x, wait, seen_u = x0 + frac * (x1 - x0), w0 + frac * (w1 - w0), u0 + frac * (u1 - u0)
+    else:
+        x, wait, seen_u = history[-1]
+    p_wait = erlang_c(c, min(seen_u, 0.995) * c) if wait > 0 else 0.0
+    return float(x), float(max(wait, 0.0)), float(p_wait)
+
+
+def _schweitzer_mva(clients: float, s: float, delay: float, residual: float, c: int) -> tuple[float, float, float]:
+    """Schweitzer's approximation of MVA (Schweitzer, "Approximate analysis of multiclass closed networks of
+    queues", 1979) for a large population: an arrival sees (N − 1)/N of the queue and utilization at N.
+    With a = (N − 1)/N the response is explicit in the throughput x, R(x) = s·(1 − a·x·s + a·x·residual)
+    / (1 − a·x·s), and x = N / (R(x) + delay) has one root, found by bisection below the server's capacity
+    1/s (saturated when there is none below it)."""
+    a = (clients - 1.0) / clients
+
+    def resp(x: float) -> float:
+        return s * (1.0 - a * x * s + a * x * residual) / max(1.0 - a * x * s, 1e-300)
+
+    cap = min(1.0 / s, clients / (s + delay))
+    if clients / (resp(cap) + delay) >= cap:  # saturated: the server's capacity, Little's law over the cycle
+        wait = max(clients / cap - delay - s, 0.0) if cap == 1.0 / s else 0.0
+        return float(cap), float(wait), float(erlang_c(c, min(a * cap * s, 0.995) * c)) if wait > 0 else 0.0
+    lo, hi = 0.0, cap
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if clients / (resp(mid) + delay) > mid:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    x = 0.5 * (lo + hi)
+    wait = max(resp(x) - s, 0.0)
+    seen_u = min(a * x * s, 0.995)
+    return float(x), float(wait), float(erlang_c(c, seen_u * c)) if wait > 0 else 0.0
