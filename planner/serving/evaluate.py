@@ -275,13 +275,14 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     m_w = np.full(shifts.shape, wq_f)
     clients_rep = float(w.arrival.concurrency) / replicas if w.arrival.kind == "closed_loop" else None
     # (a saturated loop queues for batch slots: its TTFT is the queue, not lock-step groups)
-    lock = model.lockstep(st.batch[i:i + 1], clients_rep) if clients_rep is not None and extra == 0 else None
-    if lock is not None and np.isfinite(lock[1][0]):
-        phi, t_lock = lock[0], float(lock[1][0])
-        ttft_mean = (1.0 - phi) * ttft_mean + phi * t_lock
-        shifts = np.concatenate([shifts, [t_lock]])
-        in_w = np.concatenate([(1.0 - phi) * in_w, [phi]])
-        p_w, m_w = np.concatenate([p_w, [0.0]]), np.concatenate([m_w, [0.0]])
+    lock = (model.lockstep_points(float(st.batch[i]), clients_rep) if clients_rep is not None and extra == 0
+            else None)
+    if lock is not None and np.all(np.isfinite(lock[1])):
+        phi, t_lock, lock_w = lock
+        ttft_mean = (1.0 - phi) * ttft_mean + phi * float(np.dot(t_lock, lock_w))
+        shifts = np.concatenate([shifts, t_lock])
+        in_w = np.concatenate([(1.0 - phi) * in_w, phi * lock_w])
+        p_w, m_w = np.concatenate([p_w, np.zeros(t_lock.size)]), np.concatenate([m_w, np.zeros(t_lock.size)])
     ttft_q = Q.quantiles_of_shifted_wait(shifts, in_w, p_wait=p_w, mean_wait_s=m_w, quantiles=QUANTILES)
     # ITL: decode-only iterations and mixed (or prefill) ones, as a stream sees them
     p_mixed = float(min(st.mixed_iteration_rate_per_s[i] / st.iteration_rate_per_s[i], 1.0))
