@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy import special
 
 from planner.costs.memory import memory_plan
 from planner.costs.passes import mixed_step_latency_s
@@ -183,6 +184,9 @@ class AggregatedModel:
         self.mean_prompt_compute = float(np.dot(self.prompt_compute, self.in_weights))
         scv = float(np.dot(self.prompt_compute**2, self.in_weights)) / self.mean_prompt_compute**2 - 1.0
         self.prompt_scv = max(scv, 0.0)
+        self._prompt_order = np.argsort(self.in_values, kind="stable")
+        #: requests triggered by completions (a closed loop): they arrive while decode iterations run
+        self.closed_loop = w.arrival.kind == "closed_loop"
         # mean context of a running decode: its prompt plus, on average over its decode life, half its output
         # (length-biased: long outputs are seen decoding more often)
         self.decode_context = w.input_tokens.mean + w.output_tokens.second_moment / (2.0 * max(mean_out, 1.0))
@@ -421,10 +425,15 @@ class AggregatedModel:
         wq = u_w / (1.0 - u_w) * (arrival_scv + scv_pre) / 2.0 * mean_pre
         # a new prompt waits for the decode iteration in progress (prefills have priority over decodes)
         residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - u_c) * wait_scale
-        # a stream's gap holds one decode iteration, plus a prefill iteration with probability λ / r_dec
-        p_pre = np.minimum(lam / r_dec, 1.0)
-        kinds_s = tau_d[:, None] + t_pre
-        kinds_w = np.broadcast_to(w, kinds_s.shape)
+        # a stream's gap: its decode iteration, then the prefill-only iterations the scheduler runs back to
+        # back while prompts wait (every waiting prompt that fits the budget in one, vLLM's unchunked
+        # scheduler). Prompts that arrived during the decode iteration start such a busy period, and those
+        # arriving during it extend it: P(stall) = 1 − exp(−λ·τ_d), and n prompts' work W stretches to
+        # W / (1 − u) on average (the busy period of M/G/1 started by W; exhaustive service with the decode
+        # iteration as the vacation, Takagi, "Queueing Analysis" vol. 1, 1991, Sec. 2.3). The mean stall
+        # per gap, λ·τ_d·E[t_pre] / (1 − u), is the balance equations' u / (1 − u) decode iterations.
+        p_pre, kinds_s, kinds_w = _unchunked_stalls(np.broadcast_to(lam, b.shape), u_c, tau_d, t_pre, w,
+                                                    self._prompt_order, self.closed_loop)
         return SteadyState(
             rate_per_s=lam, batch=b, mean_iteration_s=1.0 / r_dec, decode_iteration_s=tau_d, prefill_utilization=u,
             mixed_iteration_rate_per_s=p_pre * r_dec, iteration_rate_per_s=r_dec,
@@ -548,6 +557,78 @@ class AggregatedModel:
             lam = float(np.clip(lo + (clients - n_lo) * (hi - lo) / (n_hi - n_lo), 0.0, float(st.rate_per_s[-1])))
             lo, hi = lam * 0.999, min(lam * 1.001, float(st.rate_per_s[-1]))
         return lam
+
+
+#: most prompts that start one stall of an unchunked stream (the Poisson tail beyond is one more kind)
+MAX_STALL_PROMPTS = 12
+#: groups of equal mass the prompt points are merged into as one-prompt stalls
+STALL_PROMPT_GROUPS = 8
+#: edges of the probability bins each stall's law is represented by (one point at each bin's middle)
+STALL_BIN_EDGES = np.array([0.0, 0.25, 0.5, 0.75, 0.9, 0.97, 0.995, 1.0])
+_STALL_Z = special.ndtri((STALL_BIN_EDGES[:-1] + STALL_BIN_EDGES[1:]) / 2.0)
+_STALL_MASS = np.diff(STALL_BIN_EDGES)
+
+
+def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: FloatArray, w: FloatArray,
+                      order: NDArray[np.intp], closed_loop: bool = False
+                      ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(probability that a gap is stalled, stalled gaps [s] (n, k), their weights (n, k)) of an unchunked
+    stream at rates ``lam``: λ·τ_d prompts (Poisson) arrive during its decode iteration.
+
+    A stall started by work x (the prefill of those prompts) is a busy period of the prefill server, mean
+    x / (1 − u) and variance x·λ·E[t²] / (1 − u)³ (the busy period of M/G/1 started by work x, Takagi,
+    "Queueing Analysis" vol. 1, 1991, Sec. 1.2): x itself when nothing arrives during it (probability
+    e^{−λx}), else x plus a lognormal of the remaining two moments, at the middles of ``STALL_BIN_EDGES``
+    (rescaled to keep the mean exactly). x: one prompt's prefill (the prompt points merged into
+    ``STALL_PROMPT_GROUPS`` groups of equal mass in ``order``), n = 2 … 12 prompts (n times the mean
+    prefill), and the Poisson tail beyond (its conditional mean count).
+
+    ``closed_loop``: a closed loop's requests are triggered by completions, which come at the ends of decode
+    iterations, and reach the scheduler a front-end time later: they arrive during decode iterations, all
+    λ / r_dec = λ·τ_d / (1 − u) of them per iteration, and none extends a stall (its work is the stall)."""
+    lam = np.asarray(lam, dtype=np.float64)[:, None]
+    one_minus_u = np.maximum(1.0 - np.asarray(u, dtype=np.float64), 1.0 - MAX_UTILIZATION)[:, None]
+    a = np.maximum(lam * tau_d[:, None], 0.0)
+    if closed_loop:
+        a = a / one_minus_u
+    n = np.arange(1.0, MAX_STALL_PROMPTS + 1.0)[None, :]
+    safe_a = np.maximum(a, 1e-300)
+    pois = np.where(a > 0, np.exp(n * np.log(safe_a) - a - np.cumsum(np.log(n), axis=1)), 0.0)
+    p_stall = -np.expm1(-a[:, 0])
+    tail = np.maximum(p_stall - np.sum(pois, axis=1), 0.0)[:, None]  # P(N > 12)
+    # E[N | N > 12] = (a − Σ_{n≤12} n·p_n) / P(N > 12)
+    tail_n = np.where(tail > 1e-300, (a - np.sum(n * pois, axis=1, keepdims=True)) / np.maximum(tail, 1e-300),
+                      MAX_STALL_PROMPTS + 1.0)
+    mean_pre = np.sum(w * t_pre, axis=1, keepdims=True)
+    second = np.sum(w * t_pre**2, axis=1, keepdims=True)
+    # one prompt: the prompt points in groups of equal mass (by prompt length), at their mean prefill
+    ws = w[0, order] if w.ndim == 2 else w[order]
+    groups = np.minimum((np.cumsum(ws) - 0.5 * ws) * STALL_PROMPT_GROUPS, STALL_PROMPT_GROUPS - 1e-9).astype(int)
+    g_mass = np.bincount(groups, weights=ws, minlength=STALL_PROMPT_GROUPS)
+    g_work = np.stack([np.bincount(groups, weights=ws * row[order], minlength=STALL_PROMPT_GROUPS)
+                       for row in t_pre], axis=0) / np.maximum(g_mass, 1e-300)
+    keep = g_mass > 0
+    work = np.concatenate([g_work[:, keep], n[:, 1:] * mean_pre, np.maximum(tail_n, 1.0) * mean_pre], axis=1)
+    mass = np.concatenate([pois[:, :1] * g_mass[keep], pois[:, 1:], tail], axis=1)
+    # the busy period is the work itself plus what arrives meanwhile: Y = B − x is 0 when nothing arrives
+    # during x (probability e^{−λx}) and otherwise has the rest of the mean and second moment
+    extra_mean = work * (1.0 / one_minus_u - 1.0)
+    extra_second = work * lam * second / one_minus_u**3 + extra_mean**2
+    q0 = np.exp(-lam * work)
+    if closed_loop:
+        extra_mean, extra_second, q0 = np.zeros_like(work), np.zeros_like(work), np.ones_like(work)
+    busy = np.maximum(1.0 - q0, 1e-300)
+    c_mean, c_second = extra_mean / busy, extra_second / busy
+    ratio = np.divide(c_second, c_mean**2, out=np.ones_like(c_mean), where=c_mean > 1e-150)
+    sigma2 = np.log1p(np.maximum(ratio - 1.0, 0.0))
+    pts = np.exp(np.log(np.maximum(c_mean, 1e-300))[:, :, None] - sigma2[:, :, None] / 2.0
+                 + np.sqrt(sigma2)[:, :, None] * _STALL_Z[None, None, :])
+    pts *= (c_mean / np.maximum(np.sum(pts * _STALL_MASS, axis=2), 1e-300))[:, :, None]
+    stall = np.concatenate([work[:, :, None], work[:, :, None] + pts], axis=2)
+    share = np.concatenate([q0[:, :, None], (1.0 - q0)[:, :, None] * _STALL_MASS[None, None, :]], axis=2)
+    kinds_s = (tau_d[:, None, None] + stall).reshape(stall.shape[0], -1)
+    kinds_w = (mass[:, :, None] * share).reshape(stall.shape[0], -1)
+    return p_stall, kinds_s, kinds_w
 
 
 #: most points of a lock-step cohort's TTFT law (equal-mass bins of its iterations beyond that)

@@ -292,6 +292,10 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     else:
         itl_v = np.concatenate([[st.decode_iteration_s[i]], st.mixed_kind_s[i]])
         itl_w = np.concatenate([[1.0 - p_mixed], p_mixed * st.mixed_kind_weight[i] / st.mixed_kind_weight[i].sum()])
+        if lock is not None and np.all(np.isfinite(lock[1])):
+            # an unchunked cohort is prefilled while none of its streams decodes (they all finished together)
+            # and decodes together afterwards: its streams' gaps are decode-only iterations
+            itl_w = np.concatenate([[(1.0 - lock[0]) * itl_w[0] + lock[0]], (1.0 - lock[0]) * itl_w[1:]])
     # the decode batch fluctuates around its mean: shift every iteration kind by the decode-time change
     clients = (w.arrival.concurrency / replicas) if w.arrival.kind == "closed_loop" else None
     b_pts, b_w = batch_fluctuation(float(st.batch[i]), model.batch_cap, clients)

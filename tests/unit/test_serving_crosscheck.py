@@ -53,18 +53,11 @@ _CONVEYOR = ("fixed-length chunked closed loop: the closed form's cohort is pref
              "budget-full iterations, its shares getting their first token after 1 … K of them; in the "
              "simulation the groups return one iteration apart and ride a conveyor of mixed iterations, "
              "each waiting about two of them")
-_LOCKSTEP_ITL = ("fixed-length closed loop: the closed form's ITL still holds one prefill per request in the "
-                 "streams' gaps, a cohort's prefill iterations run while none of its streams decodes")
+_LOCKSTEP_ITL = ("fixed-length chunked closed loop: the closed form's ITL still puts the prefill of other "
+                 "requests into the streams' gaps at the random-phase rate, while a cohort's prefill runs in a "
+                 "burst whose stalls only its first groups' streams see")
 #: (test id, metric, statistic) -> why the closed form misses, with the figures measured (cf vs sim)
 KNOWN_MISSES = {
-    ("unchunked-poisson-0.5", "itl_s", "p90"): (
-        "cf 23.4 ms vs sim 12.0 ms (+95 %): the p90 sits on the knee between decode-only and stalled gaps; "
-        "the closed form's stalled share (one prefill iteration per prompt, λ / r_dec = 12 %) exceeds the "
-        "simulation's (8 %: waiting prompts share one prefill-only iteration)"),
-    ("unchunked-fixed-closed-4", "itl_s", "p99"): f"cf 21.4 ms vs sim 7.98 ms (+169 %): {_LOCKSTEP_ITL}",
-    ("unchunked-fixed-closed-64", "itl_s", "mean"): f"cf 12.7 ms vs sim 10.9 ms (+17 %): {_LOCKSTEP_ITL}",
-    ("unchunked-fixed-closed-64", "itl_s", "p90"): f"cf 23.2 ms vs sim 10.2 ms (+128 %): {_LOCKSTEP_ITL}",
-    ("unchunked-fixed-closed-64", "itl_s", "p99"): f"cf 23.3 ms vs sim 10.3 ms (+127 %): {_LOCKSTEP_ITL}",
     ("chunked-fixed-closed-16", "ttft_s", "mean"): f"cf 152 ms vs sim 128 ms (+19 %): {_CONVEYOR}",
     ("chunked-fixed-closed-16", "ttft_s", "p90"): f"cf 237 ms vs sim 174 ms (+36 %): {_CONVEYOR}",
     ("chunked-fixed-closed-16", "ttft_s", "p99"): f"cf 237 ms vs sim 176 ms (+35 %): {_CONVEYOR}",
