@@ -388,6 +388,12 @@ class AggregatedModel:
         u_c = np.clip(u, 0.0, MAX_UTILIZATION)
         service_mean = np.where(lam > 0, u_c / np.where(lam > 0, lam, 1.0), 0.0)
         u_w = u_c * wait_scale
+        if self.closed_loop:
+            # a closed loop's requests are triggered by completions, a steady number per iteration end
+            # whatever the iteration's length, so they arrive per iteration, not per second: in iterations
+            # the lane is busy a share r_m / (r_m + r_d) of them, less than its share u of the time (the
+            # mixed iterations are the long ones), and the queue is that of the iteration count
+            u_w = np.clip(r_mixed * tau_bar, 0.0, MAX_UTILIZATION) * wait_scale
         wq = u_w / (1.0 - u_w) * (arrival_scv + self.prompt_scv) / 2.0 * service_mean
         # arriving mid-iteration: with the prefill lane idle (a time share 1 − u) the new prompt waits for the
         # decode-only iteration in progress, τ_d / 2 on average; with it busy, the rest of the iteration in

@@ -257,7 +257,11 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     warnings: list[str] = []
     overhead = problem.engine.request_overhead_s
     wq = float(st.queue_wait_s[i]) + extra
-    p_wait = float(min(st.prefill_utilization[i], 0.995)) if extra == 0 else 1.0
+    # the probability of waiting: the lane's busy share of the time (Poisson-like arrivals), or, chunked in a
+    # closed loop (arrivals per iteration end), of the iterations: as the queue model
+    busy_share = (float(st.mixed_iteration_rate_per_s[i] / st.iteration_rate_per_s[i]) * scale
+                  if model.closed_loop and dep.chunked_prefill else float(st.prefill_utilization[i]))
+    p_wait = min(busy_share, 0.995) if extra == 0 else 1.0
     if not feasible:
         warnings.append("the offered load exceeds what the deployment serves in steady state: queues grow "
                         "without bound; throughput is what it serves at saturation and latencies are lower "
