@@ -36,10 +36,10 @@ MIX = (
                                       "prompt_tokens": 100}, 404),
     ("POST", "/v1/evaluate", {"model": "meta-llama/Llama-3.1-8B"}, 422),
 )
-WARMUP_ROUNDS = 30
-MEASURED_ROUNDS = 90
+WARMUP_ROUNDS = 15
+MEASURED_ROUNDS = 45
 #: growth allowed over the measured rounds [bytes]: interpreter noise (type caches, interned strings,
-#: free-list high-water marks), far below one kept answer per request (810 requests, ~1-30 KB each)
+#: free-list high-water marks), far below one kept answer per request (405 requests, ~1-30 KB each)
 MAX_GROWTH_BYTES = 192 * 1024
 
 
