@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
         "- resident memory also moves with the allocator's free lists and fragmentation; what a leak would be "
         "made of, the Python objects still allocated, is measured in process by "
         "`tests/api/test_api_memory.py` (this mix, `tracemalloc`, after a warm-up): it levels off, "
-        "+50, +62, +67, +68 KiB after 405, 810, 1215 and 1620 more requests, and the test fails above "
+        "+49, +61, +65, +67 KiB after 405, 810, 1215 and 1620 more requests, and the test fails above "
         "192 KiB over 405",
         "",
         "| request | share | count | p50 ms | p99 ms |",
