@@ -431,6 +431,19 @@ class AggregatedModel:
         wq = u_w / (1.0 - u_w) * (arrival_scv + scv_pre) / 2.0 * mean_pre
         # a new prompt waits for the decode iteration in progress (prefills have priority over decodes)
         residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - u_c) * wait_scale
+        p_pre, kinds_s, kinds_w = _unchunked_stalls(np.broadcast_to(lam, b.shape), u_c, tau_d, t_pre, w,
+                                                    self._prompt_order, self.closed_loop)
+        if self.closed_loop:
+            # completions come at the ends of decode iterations and their next requests a front-end time F
+            # later, λ / r_dec of them per iteration: a prompt waits for the rest of its decode iteration,
+            # then shares one prefill-only iteration with the others that arrived in it. When that decode
+            # iteration was followed by a stall (probability p_pre) longer than F, the prompt lands in the
+            # stall instead and first waits for the rest of it, (X − F)⁺
+            f = self.problem.engine.request_overhead_s
+            stall = kinds_s - tau_d[:, None]
+            late = np.sum(kinds_w * np.maximum(stall - f, 0.0), axis=1) / np.maximum(np.sum(kinds_w, axis=1), 1e-300)
+            wq = (lam / r_dec * mean_pre + p_pre * late) * wait_scale
+            residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - p_pre) * wait_scale
         # a stream's gap: its decode iteration, then the prefill-only iterations the scheduler runs back to
         # back while prompts wait (every waiting prompt that fits the budget in one, vLLM's unchunked
         # scheduler). Prompts that arrived during the decode iteration start such a busy period, and those
@@ -438,8 +451,6 @@ class AggregatedModel:
         # W / (1 − u) on average (the busy period of M/G/1 started by W; exhaustive service with the decode
         # iteration as the vacation, Takagi, "Queueing Analysis" vol. 1, 1991, Sec. 2.3). The mean stall
         # per gap, λ·τ_d·E[t_pre] / (1 − u), is the balance equations' u / (1 − u) decode iterations.
-        p_pre, kinds_s, kinds_w = _unchunked_stalls(np.broadcast_to(lam, b.shape), u_c, tau_d, t_pre, w,
-                                                    self._prompt_order, self.closed_loop)
         return SteadyState(
             rate_per_s=lam, batch=b, mean_iteration_s=1.0 / r_dec, decode_iteration_s=tau_d, prefill_utilization=u,
             mixed_iteration_rate_per_s=p_pre * r_dec, iteration_rate_per_s=r_dec,
@@ -578,8 +589,8 @@ _STALL_MASS = np.diff(STALL_BIN_EDGES)
 def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: FloatArray, w: FloatArray,
                       order: NDArray[np.intp], closed_loop: bool = False
                       ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """(probability that a gap is stalled, stalled gaps [s] (n, k), their weights (n, k)) of an unchunked
-    stream at rates ``lam``: λ·τ_d prompts (Poisson) arrive during its decode iteration.
+    """(probability that a gap is stalled, stalled gaps [s] (n, k), their weights given a stall (n, k), each
+    row summing to 1) of an unchunked stream at rates ``lam``: λ·τ_d prompts (Poisson) arrive during its decode iteration.
 
     A stall started by work x (the prefill of those prompts) is a busy period of the prefill server, mean
     x / (1 − u) and variance x·λ·E[t²] / (1 − u)³ (the busy period of M/G/1 started by work x, Takagi,
@@ -615,7 +626,13 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
                        for row in t_pre], axis=0) / np.maximum(g_mass, 1e-300)
     keep = g_mass > 0
     work = np.concatenate([g_work[:, keep], n[:, 1:] * mean_pre, np.maximum(tail_n, 1.0) * mean_pre], axis=1)
-    mass = np.concatenate([pois[:, :1] * g_mass[keep], pois[:, 1:], tail], axis=1)
+    # the law of a stall given that there is one (its weights sum to 1: consumers weigh it by p_stall); with
+    # no arrivals it is the limit a → 0, one prompt
+    counts = np.concatenate([pois, tail], axis=1)
+    lone = np.zeros_like(counts)
+    lone[:, 0] = 1.0
+    counts = np.where(p_stall[:, None] > 1e-300, counts / np.maximum(p_stall, 1e-300)[:, None], lone)
+    mass = np.concatenate([counts[:, :1] * g_mass[keep], counts[:, 1:]], axis=1)
     # the busy period is the work itself plus what arrives meanwhile: Y = B − x is 0 when nothing arrives
     # during x (probability e^{−λx}) and otherwise has the rest of the mean and second moment
     extra_mean = work * (1.0 / one_minus_u - 1.0)

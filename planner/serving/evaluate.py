@@ -15,6 +15,7 @@ Percentiles:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -259,8 +260,12 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     wq = float(st.queue_wait_s[i]) + extra
     # the probability of waiting: the lane's busy share of the time (Poisson-like arrivals), or, chunked in a
     # closed loop (arrivals per iteration end), of the iterations: as the queue model
-    busy_share = (float(st.mixed_iteration_rate_per_s[i] / st.iteration_rate_per_s[i]) * scale
-                  if model.closed_loop and dep.chunked_prefill else float(st.prefill_utilization[i]))
+    if model.closed_loop and dep.chunked_prefill:
+        busy_share = float(st.mixed_iteration_rate_per_s[i] / st.iteration_rate_per_s[i]) * scale
+    elif model.closed_loop:  # unchunked: someone else arrived in the same decode iteration
+        busy_share = -math.expm1(-float(st.rate_per_s[i] / st.iteration_rate_per_s[i]) * scale)
+    else:
+        busy_share = float(st.prefill_utilization[i])
     p_wait = min(busy_share, 0.995) if extra == 0 else 1.0
     if not feasible:
         warnings.append("the offered load exceeds what the deployment serves in steady state: queues grow "
