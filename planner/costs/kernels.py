@@ -38,7 +38,9 @@ def _soft_max(a: FloatArray, b: FloatArray, p: float) -> FloatArray:
     """Smooth maximum ``(a^p + b^p)^(1/p)`` (p = ``EfficiencyParams.overlap_exponent``)."""
     hi = np.maximum(a, b)
     safe = np.where(hi > 0, hi, 1.0)
-    return np.where(hi > 0, safe * ((a / safe) ** p + (b / safe) ** p) ** (1.0 / p), 0.0)
+    # the larger term over itself is exactly 1, and so is 1^p: ``hi / safe`` stands for its power (it is
+    # 1, or NaN where the symmetric form is NaN), one power per element fewer, bit for bit the same
+    return np.where(hi > 0, safe * (hi / safe + (np.minimum(a, b) / safe) ** p) ** (1.0 / p), 0.0)
 
 
 def compute_dtype_for(gpu: GpuSpec, weight_dtype: str) -> str:

@@ -18,8 +18,7 @@ counts so a serving model can tabulate many shapes in one call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +34,9 @@ from planner.units import DTYPE_BYTES
 FloatArray = NDArray[np.float64]
 
 ACT_BYTES = 2.0  # activations stay bf16/fp16 in every engine we model
+#: most elements (linears × token cells) costed in one batched GEMM pass (``_Pass.gemm_times``): beyond
+#: about 32 kB per array the temporaries leave the L1/L2 caches and one linear at a time is faster
+BATCHED_GEMM_ELEMENTS = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,41 +83,92 @@ def _linear_shape(lin: Linear, tp: int) -> tuple[int, int]:
     return lin.out_features, lin.in_features
 
 
-class _Pass:
-    """Accumulates operator costs for one pass; internal helper of prefill/decode below."""
+#: an operator's (FLOPs, HBM bytes) over the pass, computed only when the pass keeps its breakdown
+Work = Callable[[], tuple[ArrayLike, ArrayLike]]
 
-    def __init__(self, ctx: CostContext) -> None:
+
+def _scaled(scale: ArrayLike, work: tuple[ArrayLike, ArrayLike]) -> tuple[FloatArray, FloatArray]:
+    """(FLOPs, bytes) each multiplied by ``scale`` (an operator's mask times its layer count)."""
+    flops, bytes_moved = work
+    return np.multiply(scale, flops), np.multiply(scale, bytes_moved)
+
+
+class _Pass:
+    """Accumulates operator costs for one pass; internal helper of prefill/decode below.
+
+    ``times_only`` keeps each operator's time alone (the latency functions: a search tabulates thousands of
+    iterations and reads only their sum); otherwise every operator's FLOPs and bytes too (the breakdown)."""
+
+    def __init__(self, ctx: CostContext, times_only: bool = False) -> None:
         self.ctx = ctx
         self.gpu = ctx.gpu
         self.par = ctx.parallelism
         self.w_bytes = DTYPE_BYTES[ctx.weight_dtype]
         self.kv_bytes = DTYPE_BYTES[ctx.kv_dtype]
         self.cdtype = K.compute_dtype_for(ctx.gpu, ctx.weight_dtype)
+        self.times_only = times_only
         self.ops: dict[str, _Op] = {}
+        #: per operator its time [s], in the order the operators first appear (as ``ops``)
+        self.times: dict[str, FloatArray] = {}
 
-    def add(self, name: str, kind: Bound, time_s, flops, bytes_moved) -> None:  # noqa: ANN001
+    def add(self, name: str, kind: Bound, time_s: ArrayLike, work: Work) -> None:
+        """Add ``time_s`` [s] to operator ``name``; ``work`` gives its (FLOPs, bytes), unless
+        ``times_only``."""
         t = np.asarray(time_s, dtype=np.float64)
+        if name in self.times:
+            t = self.times[name] + t
+        self.times[name] = t
+        if self.times_only:
+            return
+        flops, bytes_moved = work()
         f = np.asarray(flops, dtype=np.float64)
         b = np.asarray(bytes_moved, dtype=np.float64)
         if name in self.ops:
             old = self.ops[name]
-            t, f, b = old.time_s + t, old.flops + f, old.bytes_moved + b
+            f, b = old.flops + f, old.bytes_moved + b
         self.ops[name] = _Op(name=name, time_s=t, flops=f, bytes_moved=b, kind=kind)
 
-    def linear(self, name: str, lin: Linear, tokens: FloatArray, layers: float, *, sixteen_bit: bool = False,
-               active: FloatArray | float = 1.0) -> None:
-        """A GEMM per layer; ``sixteen_bit`` for weights quantized checkpoints keep in bf16 (LM head, routers);
-        ``active`` masks cells of a vectorized pass where the operator does not run."""
-        n, k = _linear_shape(lin, self.par.tp)
+    def latency_s(self) -> FloatArray:
+        """The pass's latency [s]: the sum of its operators' times."""
+        return sum(self.times.values(), np.zeros(()))
+
+    def gemm_times(self, lins: Sequence[Linear], tokens: FloatArray, layers: float, *,
+                   sixteen_bit: bool = False) -> list[FloatArray]:
+        """Time [s] of ``layers`` GEMMs of each linear of ``lins`` over ``tokens`` rows (see :meth:`linear`).
+
+        Small token arrays (``BATCHED_GEMM_ELEMENTS``) cost all the linears in one numpy pass, one row per
+        linear: the kernels' numpy overhead per call dominates there, and every element is computed as
+        it would be alone (the kernels are elementwise). Larger ones are costed one linear at a time, and
+        so are scalar token counts (the breakdowns): numpy computes the powers of scalars and of arrays with
+        different routines, which can differ in the last bit."""
+        shapes = [_linear_shape(lin, self.par.tp) for lin in lins]
         eng = self.ctx.engine
         w_bytes, cdtype = (2.0, "bf16") if sixteen_bit else (self.w_bytes, self.cdtype)
-        t = K.gemm_time_s(
-            self.gpu, m=tokens, n=n, k=k, compute_dtype=cdtype, weight_bytes_per_element=w_bytes,
-            efficiency_scale=eng.gemm_efficiency_scale, count=layers,
-        )
-        flops = layers * 2.0 * tokens * n * k
-        traffic = layers * K.gemm_hbm_bytes(self.gpu, tokens, n, k, weight_bytes_per_element=w_bytes)
-        self.add(name, "compute", active * t, active * flops, active * traffic)
+        options = dict(compute_dtype=cdtype, weight_bytes_per_element=w_bytes,
+                       efficiency_scale=eng.gemm_efficiency_scale, count=layers)
+        m = np.asarray(tokens, dtype=np.float64)
+        if len(shapes) > 1 and m.ndim > 0 and len(shapes) * m.size <= BATCHED_GEMM_ELEMENTS:
+            column = (len(shapes),) + (1,) * m.ndim
+            n = np.array([nk[0] for nk in shapes], dtype=np.float64).reshape(column)
+            k = np.array([nk[1] for nk in shapes], dtype=np.float64).reshape(column)
+            return list(K.gemm_time_s(self.gpu, m=m, n=n, k=k, **options))  # type: ignore[arg-type]
+        return [K.gemm_time_s(self.gpu, m=m, n=n, k=k, **options) for n, k in shapes]  # type: ignore[arg-type]
+
+    def linear(self, name: str, lin: Linear, tokens: FloatArray, layers: float, *, sixteen_bit: bool = False,
+               active: FloatArray | float = 1.0, time_s: FloatArray | None = None) -> None:
+        """A GEMM per layer; ``sixteen_bit`` for weights quantized checkpoints keep in bf16 (LM head, routers);
+        ``active`` masks cells of a vectorized pass where the operator does not run; ``time_s``: its time from
+        :meth:`gemm_times`, when the caller costed it with other linears."""
+        n, k = _linear_shape(lin, self.par.tp)
+        w_bytes = 2.0 if sixteen_bit else self.w_bytes
+        t = self.gemm_times((lin,), tokens, layers, sixteen_bit=sixteen_bit)[0] if time_s is None else time_s
+
+        def work() -> tuple[FloatArray, FloatArray]:
+            flops = layers * 2.0 * tokens * n * k
+            traffic = layers * K.gemm_hbm_bytes(self.gpu, tokens, n, k, weight_bytes_per_element=w_bytes)
+            return active * flops, active * traffic
+
+        self.add(name, "compute", active * t, work)
 
 
 def _decode_attention(p: _Pass, group: LayerGroup, layers: float, batch: FloatArray, context: FloatArray) -> None:
@@ -135,12 +188,15 @@ def _decode_attention(p: _Pass, group: LayerGroup, layers: float, batch: FloatAr
             head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window,
             kv_bytes_per_element=p.kv_bytes, **blocks,
         )
-        nbytes = K.decode_attention_bytes(
-            batch_size=b, context_tokens=context + 1.0, num_kv_heads=kvh, head_dim=att.head_dim,
-            v_head_dim=att.v_head_dim, sliding_window=window, kv_bytes_per_element=p.kv_bytes,
-        )
-        f = K.attention_flops(batch_size=b, q_tokens=1.0, cached_tokens=context, num_heads=heads,
-                              head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window)
+
+        def work() -> tuple[FloatArray, FloatArray]:
+            nbytes = K.decode_attention_bytes(
+                batch_size=b, context_tokens=context + 1.0, num_kv_heads=kvh, head_dim=att.head_dim,
+                v_head_dim=att.v_head_dim, sliding_window=window, kv_bytes_per_element=p.kv_bytes,
+            )
+            f = K.attention_flops(batch_size=b, q_tokens=1.0, cached_tokens=context, num_heads=heads,
+                                  head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window)
+            return f, nbytes
     elif att.kind == "mla":
         # absorbed MLA: all heads attend over the shared latent cache (one "KV head" of width `latent`)
         latent = att.kv_lora_rank + att.qk_rope_head_dim
@@ -150,12 +206,15 @@ def _decode_attention(p: _Pass, group: LayerGroup, layers: float, batch: FloatAr
             gpu, batch_size=b, context_tokens=context + 1.0, num_heads=heads, num_kv_heads=1,
             head_dim=latent, v_head_dim=0, kv_bytes_per_element=p.kv_bytes, **blocks,
         )
-        nbytes = b * (context + 1.0) * latent * p.kv_bytes
-        f = K.attention_flops(batch_size=b, q_tokens=1.0, cached_tokens=context, num_heads=heads,
-                              head_dim=latent, v_head_dim=att.kv_lora_rank)
+
+        def work() -> tuple[FloatArray, FloatArray]:
+            nbytes = b * (context + 1.0) * latent * p.kv_bytes
+            f = K.attention_flops(batch_size=b, q_tokens=1.0, cached_tokens=context, num_heads=heads,
+                                  head_dim=latent, v_head_dim=att.kv_lora_rank)
+            return f, nbytes
     else:
         return
-    p.add("attention.decode", "memory", on * layers * t, on * layers * f, on * layers * nbytes)
+    p.add("attention.decode", "memory", on * layers * t, lambda: _scaled(on * layers, work()))
 
 
 def _prefill_attention(
@@ -177,7 +236,7 @@ def _prefill_attention(
             head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window,
             kv_bytes_per_element=p.kv_bytes, **common,
         )
-        b = n * (q_tokens + cached) * kvh * (att.head_dim + att.v_head_dim) * p.kv_bytes
+        kv_heads, kv_elem_bytes = kvh, p.kv_bytes
     elif att.kind == "mla":
         # the cached prefix's latents are expanded through kv_b like the new tokens' (MHA-style prefill)
         has_prefix = on * (np.asarray(cached) > 0)
@@ -188,12 +247,17 @@ def _prefill_attention(
             gpu, batch_size=n, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads, num_kv_heads=heads,
             head_dim=att.head_dim, v_head_dim=att.v_head_dim, kv_bytes_per_element=2.0, **common,
         )
-        b = n * (q_tokens + cached) * heads * (att.head_dim + att.v_head_dim) * 2.0
+        kv_heads, kv_elem_bytes = heads, 2.0
     else:
         return
-    f = K.attention_flops(batch_size=n, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
-                          head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window)
-    p.add("attention.prefill", "compute", on * layers * t, on * layers * f, on * layers * b)
+
+    def work() -> tuple[FloatArray, FloatArray]:
+        b = n * (q_tokens + cached) * kv_heads * (att.head_dim + att.v_head_dim) * kv_elem_bytes
+        f = K.attention_flops(batch_size=n, q_tokens=q_tokens, cached_tokens=cached, num_heads=heads,
+                              head_dim=att.head_dim, v_head_dim=att.v_head_dim, sliding_window=window)
+        return f, b
+
+    p.add("attention.prefill", "compute", on * layers * t, lambda: _scaled(on * layers, work()))
 
 
 def _group_ops(
@@ -211,9 +275,18 @@ def _group_ops(
     # attention data parallelism: each dp rank runs attention on its share of the batch
     att_tokens = tokens / par.dp
     att_batch = np.maximum((decode_batch + prefill_seqs) / par.dp, 1.0)
-    for lin in fuse_siblings(model.attention_linears(group), model.hidden_size):
+    att_lins = fuse_siblings(model.attention_linears(group), model.hidden_size)
+    ffn = group.ffn
+    ffn_lins = fuse_siblings(model.ffn_linears(group), model.hidden_size) if ffn.kind == "dense" else ()
+    # the projections of the layer in one costing where they share their rows (no attention DP: the
+    # attention's tokens are the FFN's), else the attention's and the FFN's apart
+    if par.dp == 1:
+        gemm_s = p.gemm_times(att_lins + ffn_lins, tokens, layers)
+    else:
+        gemm_s = p.gemm_times(att_lins, att_tokens, layers) + p.gemm_times(ffn_lins, tokens, layers)
+    for lin, t_lin in zip(att_lins, gemm_s[: len(att_lins)], strict=True):
         p.linear(f"attn.{lin.name}" if att.kind != "linear" else f"linear_attn.{lin.name}", lin, att_tokens,
-                 layers)
+                 layers, time_s=t_lin)
     _decode_attention(p, group, layers, decode_batch, decode_context)
     _prefill_attention(p, group, layers, prefill_seqs, prefill_q, prefill_cached)
     if att.kind in ("gqa", "mla"):
@@ -224,7 +297,7 @@ def _group_ops(
         # writing the new tokens' K and V (or latents) into the paged cache
         kv_write = att_tokens * width * p.kv_bytes
         p.add("kv_cache.write", "memory", K.streaming_time_s(gpu, bytes_moved=layers * kv_write, count=layers),
-              0.0, layers * kv_write)
+              lambda: (0.0, layers * kv_write))
     else:  # linear attention: recurrent state update, chunked scan in prefill
         nv = max(1, att.linear_num_value_heads // tp)
         dk, dv = att.linear_key_head_dim, att.linear_value_head_dim
@@ -236,24 +309,23 @@ def _group_ops(
         t = gpu.efficiency.kernel_fixed_s * 3 + np.maximum(
             f / rate, io / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.memory_bandwidth_fraction)
         )
-        p.add("linear_attention.scan", "memory", layers * t, layers * f, layers * io)
+        p.add("linear_attention.scan", "memory", layers * t, lambda: (layers * f, layers * io))
     eng = ctx.engine
 
     # TP all-reduce after the attention output projection
     if tp > 1:
         msg = att_tokens * hidden * ACT_BYTES
         t = K.allreduce_time_s(gpu, num_gpus=tp, message_bytes=msg, latency_s=eng.allreduce_latency_s)
-        p.add("allreduce.attention", "communication", layers * t, 0.0, layers * 2.0 * msg)
+        p.add("allreduce.attention", "communication", layers * t, lambda: (0.0, layers * 2.0 * msg))
 
     # feed-forward
-    ffn = group.ffn
     if ffn.kind == "dense":
-        for lin in fuse_siblings(model.ffn_linears(group), model.hidden_size):
-            p.linear(f"mlp.{lin.name}", lin, tokens, layers)
+        for lin, t_lin in zip(ffn_lins, gemm_s[len(att_lins):], strict=True):
+            p.linear(f"mlp.{lin.name}", lin, tokens, layers, time_s=t_lin)
         width = ffn.intermediate_size / tp
         act_bytes = tokens * width * (3.0 if ffn.gated else 2.0) * ACT_BYTES
         p.add("mlp.activation", "memory", K.streaming_time_s(gpu, bytes_moved=layers * act_bytes, count=layers),
-              layers * tokens * width * 4.0, layers * act_bytes)
+              lambda: (layers * tokens * width * 4.0, layers * act_bytes))
         ffn_comm_tokens = tokens
         ffn_comm_gpus = tp
     else:
@@ -262,8 +334,9 @@ def _group_ops(
         if router is not None:
             p.linear("moe.router", router, tokens, layers, sixteen_bit=True)
         if ffn.num_shared_experts > 0:
-            for lin in fuse_siblings(model.shared_expert_linears(group), model.hidden_size):
-                p.linear(f"moe.shared.{lin.name}", lin, tokens, layers)
+            shared = fuse_siblings(model.shared_expert_linears(group), model.hidden_size)
+            for lin, t_lin in zip(shared, p.gemm_times(shared, tokens, layers), strict=True):
+                p.linear(f"moe.shared.{lin.name}", lin, tokens, layers, time_s=t_lin)
         all_tokens = tokens  # every token of the worker's batch is routed
         t = K.moe_time_s(
             gpu, num_tokens=all_tokens, hidden_size=hidden, intermediate_size=ffn.intermediate_size,
@@ -271,39 +344,43 @@ def _group_ops(
             moe_ep=moe_ep, gated=ffn.gated, compute_dtype=p.cdtype, weight_bytes_per_element=p.w_bytes,
             efficiency_scale=eng.gemm_efficiency_scale * eng.moe_efficiency_scale, overhead_s=eng.moe_overhead_s,
         )
-        mats = 3.0 if ffn.gated else 2.0
-        slots = all_tokens * ffn.num_experts_per_token / moe_ep
-        f = 2.0 * slots * mats * hidden * ffn.intermediate_size / moe_tp
-        touched = np.clip(K.expected_distinct_experts(all_tokens, ffn.num_experts, ffn.num_experts_per_token)
-                          / moe_ep, 1.0, ffn.num_experts / moe_ep)
-        b = touched * mats * hidden * ffn.intermediate_size / moe_tp * p.w_bytes
-        p.add("moe.experts", "compute", layers * t, layers * f, layers * b)
+
+        def moe_work() -> tuple[FloatArray, FloatArray]:
+            mats = 3.0 if ffn.gated else 2.0
+            slots = all_tokens * ffn.num_experts_per_token / moe_ep
+            f = 2.0 * slots * mats * hidden * ffn.intermediate_size / moe_tp
+            distinct = K.expected_distinct_experts(all_tokens, ffn.num_experts, ffn.num_experts_per_token)
+            touched = np.clip(distinct / moe_ep, 1.0, ffn.num_experts / moe_ep)
+            b = touched * mats * hidden * ffn.intermediate_size / moe_tp * p.w_bytes
+            return layers * f, layers * b
+
+        p.add("moe.experts", "compute", layers * t, moe_work)
         if moe_ep > 1 and par.dp > 1:
             # with attention DP each rank holds only its own tokens: dispatch and combine them to the
             # experts' owners (with dp = 1 every TP rank already has all tokens after the attention
             # all-reduce, computes its local experts, and the FFN all-reduce below combines them)
             msg = (tokens / par.dp) * ffn.num_experts_per_token * hidden * ACT_BYTES
             t = K.all_to_all_time_s(gpu, num_gpus=moe_ep, message_bytes=msg)
-            p.add("alltoall.moe", "communication", layers * 2.0 * t, 0.0, layers * 2.0 * msg)
+            p.add("alltoall.moe", "communication", layers * 2.0 * t, lambda: (0.0, layers * 2.0 * msg))
         ffn_comm_tokens = tokens / par.dp
         ffn_comm_gpus = tp
     if ffn_comm_gpus > 1:
         msg = ffn_comm_tokens * hidden * ACT_BYTES
         t = K.allreduce_time_s(gpu, num_gpus=ffn_comm_gpus, message_bytes=msg, latency_s=eng.allreduce_latency_s)
-        p.add("allreduce.ffn", "communication", layers * t, 0.0, layers * 2.0 * msg)
+        p.add("allreduce.ffn", "communication", layers * t, lambda: (0.0, layers * 2.0 * msg))
 
     # two fused residual-add + RMSNorm kernels per layer (each reads residual and input, writes both)
     norm_bytes = att_tokens * hidden * ACT_BYTES * 8.0
     p.add("norms_residuals", "memory", K.streaming_time_s(gpu, bytes_moved=layers * norm_bytes, count=2 * layers),
-          layers * att_tokens * hidden * 10.0, layers * norm_bytes)
+          lambda: (layers * att_tokens * hidden * 10.0, layers * norm_bytes))
 
 
 def _run_pass(
     ctx: CostContext, *, decode_batch: FloatArray, decode_context: FloatArray, prefill_seqs: FloatArray,
-    prefill_q: FloatArray, prefill_cached: FloatArray,
+    prefill_q: FloatArray, prefill_cached: FloatArray, times_only: bool = False,
 ) -> _Pass:
     validate_parallelism(ctx)
-    p = _Pass(ctx)
+    p = _Pass(ctx, times_only)
     pp = ctx.parallelism.pp
     tokens = decode_batch + prefill_seqs * prefill_q
     batch = decode_batch + prefill_seqs
@@ -318,18 +395,18 @@ def _run_pass(
     if ctx.parallelism.tp > 1:
         msg = batch * model.vocab_size * 4.0
         t = K.allreduce_time_s(ctx.gpu, num_gpus=ctx.parallelism.tp, message_bytes=msg / 2.0)
-        p.add("gather.logits", "communication", t, 0.0, msg)
+        p.add("gather.logits", "communication", t, lambda: (0.0, msg))
     # embedding lookup
     emb = tokens * model.hidden_size * ACT_BYTES
-    p.add("embedding", "memory", K.streaming_time_s(ctx.gpu, bytes_moved=emb), 0.0, emb)
+    p.add("embedding", "memory", K.streaming_time_s(ctx.gpu, bytes_moved=emb), lambda: (0.0, emb))
     if pp > 1:
         msg = tokens / ctx.parallelism.dp * model.hidden_size * ACT_BYTES
         link = ctx.gpu.scale_up_bandwidth_bytes_per_s
         t = (pp - 1) * K.p2p_time_s(ctx.gpu, message_bytes=msg, link_bandwidth_bytes_per_s=link)
-        p.add("pp.send_recv", "communication", t, 0.0, (pp - 1) * msg)
+        p.add("pp.send_recv", "communication", t, lambda: (0.0, (pp - 1) * msg))
     eng = ctx.engine
     overhead = eng.step_overhead_s + eng.per_sequence_overhead_s * batch
-    p.add("engine.overhead", "overhead", overhead + 0.0 * tokens, 0.0, 0.0)
+    p.add("engine.overhead", "overhead", overhead + 0.0 * tokens, lambda: (0.0, 0.0))
     return p
 
 
@@ -341,32 +418,32 @@ def prefill_latency_s(
     ``prompt_tokens`` counts the whole prompt of each sequence; ``cached_tokens`` of them are already in
     the KV cache (a prefix-cache hit or the earlier chunks of a chunked prefill) and skip computation.
     """
-    p = _prefill_pass(ctx, prompt_tokens, batch_size, cached_tokens)
-    return sum((op.time_s for op in p.ops.values()), np.zeros(()))
+    return _prefill_pass(ctx, prompt_tokens, batch_size, cached_tokens, times_only=True).latency_s()
 
 
 def decode_latency_s(ctx: CostContext, *, batch_size: ArrayLike, context_tokens: ArrayLike) -> FloatArray:
     """Latency of one decode step [s] for ``batch_size`` sequences of ``context_tokens`` cached tokens each."""
-    p = _decode_pass(ctx, batch_size, context_tokens)
-    return sum((op.time_s for op in p.ops.values()), np.zeros(()))
+    return _decode_pass(ctx, batch_size, context_tokens, times_only=True).latency_s()
 
 
-def _prefill_pass(ctx: CostContext, prompt_tokens: ArrayLike, batch_size: ArrayLike, cached_tokens: ArrayLike) -> _Pass:
+def _prefill_pass(ctx: CostContext, prompt_tokens: ArrayLike, batch_size: ArrayLike, cached_tokens: ArrayLike,
+                  times_only: bool = False) -> _Pass:
     prompt = np.asarray(prompt_tokens, dtype=np.float64)
     batch = np.asarray(batch_size, dtype=np.float64)
     cached = np.asarray(cached_tokens, dtype=np.float64)
     q = np.maximum(prompt - cached, 1.0)
     zero = np.zeros(np.broadcast(prompt, batch, cached).shape)
     return _run_pass(ctx, decode_batch=zero, decode_context=zero, prefill_seqs=batch + zero, prefill_q=q,
-                     prefill_cached=cached)
+                     prefill_cached=cached, times_only=times_only)
 
 
-def _decode_pass(ctx: CostContext, batch_size: ArrayLike, context_tokens: ArrayLike) -> _Pass:
+def _decode_pass(ctx: CostContext, batch_size: ArrayLike, context_tokens: ArrayLike,
+                 times_only: bool = False) -> _Pass:
     batch = np.asarray(batch_size, dtype=np.float64)
     ctx_tokens = np.asarray(context_tokens, dtype=np.float64)
     zero = np.zeros(np.broadcast(batch, ctx_tokens).shape)
     return _run_pass(ctx, decode_batch=batch + zero, decode_context=ctx_tokens + zero, prefill_seqs=zero,
-                     prefill_q=zero, prefill_cached=zero)
+                     prefill_q=zero, prefill_cached=zero, times_only=times_only)
 
 
 def mixed_step_latency_s(
@@ -389,8 +466,8 @@ def mixed_step_latency_s(
     seqs_on = np.where(pre > 0, np.maximum(seqs, 1.0), 0.0) + zero
     q = np.where(seqs_on > 0, pre / np.maximum(seqs_on, 1.0), 0.0)
     p = _run_pass(ctx, decode_batch=dec + zero, decode_context=dctx + zero, prefill_seqs=seqs_on, prefill_q=q,
-                  prefill_cached=cached + zero)
-    return sum((op.time_s for op in p.ops.values()), np.zeros(()))
+                  prefill_cached=cached + zero, times_only=True)
+    return p.latency_s()
 
 
 _MIXED_KEYS = ("decode_batch", "decode_context_tokens", "prefill_tokens", "prefill_cached_tokens", "prefill_sequences")

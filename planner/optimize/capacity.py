@@ -156,19 +156,22 @@ class AggregatedLatency:
         """``P(ITL ≤ t)`` per state: ``Σ_j w_j · F_base(t − shift_j)``, with ``F_base`` read off each row's
         sorted kinds (one sort and one search instead of the full kind × shift product)."""
         n, k = self.base_s.shape
-        order = np.argsort(self.base_s, axis=1)
-        v = np.take_along_axis(self.base_s, order, axis=1)
-        cum = np.cumsum(np.take_along_axis(self.base_weights, order, axis=1), axis=1)
+        first = np.arange(n)[:, None]  # row r's first element in the flattened (n, k) arrays is r·k
+        order = np.argsort(self.base_s, axis=1) + first * k  # flat indices, sorted within each row
+        v = self.base_s.ravel()[order]
+        cum = np.zeros((n, k + 1))
+        np.cumsum(self.base_weights.ravel()[order], axis=1, out=cum[:, 1:])
         total = cum[:, -1:]
-        cum = np.concatenate([np.zeros((n, 1)), cum], axis=1)
         # one searchsorted over all rows: row r's values are offset by r·span, so rows never interleave
-        span = float(np.max(v) - np.min(v)) + float(np.max(np.abs(self.shift_s))) * 2.0 + abs(t) + 1.0
-        offset = (np.arange(n) * span)[:, None]
-        flat = (v - np.min(v) + offset).ravel()
-        x = t * (1.0 + 1e-12) - self.shift_s - np.min(v) + offset  # (n, f)
-        pos = np.searchsorted(flat, x.ravel(), side="right").reshape(x.shape) - np.arange(n)[:, None] * k
-        pos = np.clip(pos, 0, k)
-        f_base = np.take_along_axis(cum, pos, axis=1) / total
+        # (each row is sorted: its extremes are its first and last values, NaN sorting last)
+        v_min = np.min(v[:, 0])
+        span = float(np.max(v[:, -1]) - v_min) + float(np.max(np.abs(self.shift_s))) * 2.0 + abs(t) + 1.0
+        offset = first * span
+        flat = (v - v_min + offset).ravel()
+        x = t * (1.0 + 1e-12) - self.shift_s - v_min + offset  # (n, f)
+        pos = np.searchsorted(flat, x.ravel(), side="right").reshape(x.shape) - first * k
+        pos = np.minimum(np.maximum(pos, 0), k)
+        f_base = cum.ravel()[pos + first * (k + 1)] / total
         return np.sum(self.shift_weights * f_base, axis=1) / np.sum(self.shift_weights, axis=1)
 
 
@@ -184,12 +187,22 @@ def aggregated_latency(model: AggregatedModel, st: SteadyState) -> AggregatedLat
         kinds_w = kinds_w / np.sum(kinds_w, axis=1, keepdims=True)
     kinds_s = st.mixed_kind_s
     ni = model.in_values.size
+    # ITL kinds: the decode-only iteration, then the mixed kinds (one array each, filled in place)
     if model.dep.chunked_prefill and kinds_s.shape[1] == 2 * ni and ni > 1:
         # the full-chunk kinds are one iteration time (the chunk does not depend on the prompt): merge them
-        kinds_s = np.concatenate([kinds_s[:, :1], kinds_s[:, ni:]], axis=1)
-        kinds_w = np.concatenate([np.sum(kinds_w[:, :ni], axis=1, keepdims=True), kinds_w[:, ni:]], axis=1)
-    base_v = np.concatenate([st.decode_iteration_s[:, None], kinds_s], axis=1)
-    base_w = np.concatenate([(1.0 - p_mixed)[:, None], p_mixed[:, None] * kinds_w], axis=1)
+        base_v = np.empty((kinds_s.shape[0], ni + 2))
+        base_v[:, 1] = kinds_s[:, 0]
+        base_v[:, 2:] = kinds_s[:, ni:]
+        base_w = np.empty_like(base_v)
+        np.multiply(p_mixed, np.sum(kinds_w[:, :ni], axis=1), out=base_w[:, 1])
+        np.multiply(p_mixed[:, None], kinds_w[:, ni:], out=base_w[:, 2:])
+    else:
+        base_v = np.empty((kinds_s.shape[0], kinds_s.shape[1] + 1))
+        base_v[:, 1:] = kinds_s
+        base_w = np.empty_like(base_v)
+        np.multiply(p_mixed[:, None], kinds_w, out=base_w[:, 1:])
+    base_v[:, 0] = st.decode_iteration_s
+    base_w[:, 0] = 1.0 - p_mixed
     # the decode batch's fluctuation (Poisson occupancy, size-biased), as evaluate.batch_fluctuation
     b = st.batch[:, None]
     rows = st.budget_index if st.budget_index.size == st.batch.size else np.zeros(st.batch.size, dtype=np.intp)
@@ -396,20 +409,32 @@ def states_at_rate(
     return at, at.stable & (rate_per_s <= top * (1.0 + 1e-9))
 
 
-def erlang_c_servers(servers: NDArray[np.intp] | FloatArray, offered_load: FloatArray) -> FloatArray:
+def erlang_c_servers(
+    servers: NDArray[np.intp] | FloatArray,
+    offered_load: FloatArray,
+    *,
+    log_factorial: FloatArray | None = None,
+) -> FloatArray:
     """Erlang-C probability of waiting for arrays of server counts ``c`` and offered loads ``a`` (broadcast).
 
     Through Erlang B, which is a ratio of Poisson terms: ``B(c, a) = pmf(c; a) / cdf(c; a)`` (Jagerman,
     "Some properties of the Erlang loss function", Bell Syst. Tech. J. 53, 1974), and
     ``C = B / (1 − (a/c)(1 − B))`` (the standard Erlang B–C relation); one special-function call per
-    element instead of a sum over ``c`` terms."""
+    element instead of a sum over ``c`` terms. ``log_factorial``: ``log c!`` (:func:`log_factorial`) of
+    the broadcast server counts, from a caller that asks about the same servers many times."""
     c, a = np.broadcast_arrays(
         np.asarray(servers, dtype=np.float64), np.asarray(offered_load, dtype=np.float64)
     )
     a_safe = np.clip(a, 1e-300, None)
-    log_pmf = c * np.log(a_safe) - a_safe - special.gammaln(c + 1.0)
+    log_c_factorial = special.gammaln(c + 1.0) if log_factorial is None else log_factorial
+    log_pmf = c * np.log(a_safe) - a_safe - log_c_factorial
     cdf = special.pdtr(c, a_safe)
     b = np.clip(np.exp(log_pmf) / np.maximum(cdf, 1e-300), 0.0, 1.0)
     rho = a_safe / np.maximum(c, 1e-300)
     out = b / np.maximum(1.0 - rho * (1.0 - b), 1e-300)
     return np.where(a <= 0, 0.0, np.where(a >= c, 1.0, np.clip(out, 0.0, 1.0)))
+
+
+def log_factorial(servers: NDArray[np.intp] | FloatArray) -> FloatArray:
+    """``log c!`` of server counts, as :func:`erlang_c_servers` computes it (``gammaln(c + 1)``)."""
+    return special.gammaln(np.asarray(servers, dtype=np.float64) + 1.0)

@@ -122,26 +122,33 @@ def _chunk_overhead_inputs(
     """Cost-model inputs of Sarathi-Serve's chunking overhead (Agrawal et al., OSDI 2024, Sec. 5.4.1): each
     prompt prefilled in budget-sized chunks (every chunk re-reading the KV of the ones before it, no decodes
     in the batch) and in one pass; the prompt distribution re-binned to ``max_points`` equal-mass points.
-    Returns (requests, sizes, weights) for :func:`_chunk_overhead`."""
+    Returns (requests, sizes, weights) for :func:`_chunk_overhead`: ``sizes`` (nk, ni, nj) [tokens] of the
+    j-th chunk of prompt point i under budget k, 0 past a prompt's last chunk. Only the chunks that exist
+    are costed (about a tenth of the padded grid; the cost model is elementwise, so each one's time is
+    what the padded grid gives it)."""
     lp, w = compress_points(model.prompt_compute, model.in_weights, max_points)
     cached0 = np.round(lp / (1.0 - model.hit) * model.hit) if model.hit > 0 else np.zeros_like(lp)
     budgets = model.budgets
     n_max = int(np.max(np.ceil(lp[None, :] / budgets[:, None])))
     offsets = np.arange(n_max, dtype=np.float64)[None, None, :] * budgets[:, None, None]  # (nk, ni, nj)
     sizes = np.clip(lp[None, :, None] - offsets, 0.0, budgets[:, None, None])
+    real = sizes > 0
     chunks = dict(
         decode_batch=0.0,
         decode_context_tokens=0.0,
-        prefill_tokens=sizes,
-        prefill_cached_tokens=cached0[None, :, None] + offsets,
+        prefill_tokens=sizes[real],
+        prefill_cached_tokens=(cached0[None, :, None] + offsets)[real],
     )
     one = dict(decode_batch=0.0, decode_context_tokens=0.0, prefill_tokens=lp, prefill_cached_tokens=cached0)
     return [chunks, one], sizes, w
 
 
 def _chunk_overhead(times: list[np.ndarray], sizes: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Per budget: time-weighted chunked prefill over one-pass prefill, minus 1."""
-    chunked = np.sum(np.where(sizes > 0, times[0], 0.0), axis=2) @ w
+    """Per budget: time-weighted chunked prefill over one-pass prefill, minus 1 (``times``: of the chunks
+    that exist, ``sizes > 0``, in their order; and of each prompt in one pass)."""
+    per_chunk = np.zeros(sizes.shape)
+    per_chunk[sizes > 0] = times[0]
+    chunked = np.sum(per_chunk, axis=2) @ w
     return chunked / float(np.dot(np.broadcast_to(times[1], w.shape), w)) - 1.0
 
 
@@ -154,6 +161,19 @@ def _batch_limit(candidates: np.ndarray, capacity_row: np.ndarray, batch: float)
     if pick.size == 0:
         pick = np.flatnonzero(keeps)
     return int(candidates[pick[0]])
+
+
+def _batch_limits(candidates: np.ndarray, capacity: np.ndarray, batch: np.ndarray) -> list[int]:
+    """:func:`_batch_limit` of every budget at once: ``capacity`` (nk, nm) [requests/s] by batch limit,
+    ``batch`` (nk,) the mean decode batch at each budget's capacity."""
+    best = np.max(capacity, axis=1)
+    keeps = capacity >= (best * (1.0 - 1e-3))[:, None]
+    if not np.all(np.any(keeps, axis=1)):  # a row without a capacity (NaN): as the scalar version fails
+        return [_batch_limit(candidates, capacity[k], float(batch[k])) for k in range(batch.size)]
+    margin = candidates[None, :] >= (batch + BATCH_MARGIN_Z * np.sqrt(np.maximum(batch, 0.0)))[:, None]
+    both = keeps & margin
+    pick = np.where(np.any(both, axis=1), np.argmax(both, axis=1), np.argmax(keeps, axis=1))
+    return [int(c) for c in candidates[pick]]
 
 
 @dataclass(kw_only=True)
@@ -309,7 +329,7 @@ def _assemble(prepared: PreparedAggregated, slo: Slo, cap: C.AggregatedCapacity,
             one = C.take_states(st, np.array([k]))
             tq, iq = C.aggregated_quantiles(model, one, slo)
             ttft_q[k], itl_q[k] = tq[0], iq[0]
-    limits = [_batch_limit(mbs, by_limit[k], float(st.batch[k])) for k in range(budgets.size)]
+    limits = _batch_limits(mbs, by_limit, np.asarray(st.batch, dtype=np.float64))
     points = []
     feasible = np.zeros(budgets.size, dtype=bool)
     binding = []

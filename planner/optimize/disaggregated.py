@@ -20,7 +20,7 @@ import numpy as np
 
 from planner.costs.memory import memory_plan
 from planner.costs.passes import mixed_step_latency_many
-from planner.costs.types import CostContext, Parallelism
+from planner.costs.types import CostContext, MemoryPlan, Parallelism
 from planner.errors import InvalidInput, PlannerError
 from planner.hardware import GpuSpec
 from planner.optimize.common import (
@@ -167,16 +167,23 @@ def pool_requests(search: DisaggregatedSearch) -> list[PoolRequest]:
         ("prefill", search.prefill_candidates),
         ("decode", search.decode_candidates),
     )
+    # a candidate of both pools (the whole plan's) is one worker layout: its memory plan is computed once
+    layouts: dict[tuple[int, Parallelism], tuple[CostContext, MemoryPlan | PlannerError]] = {}
     for role, cands in roles:
         for cand in cands:
-            ctx = _ctx(problem, cand)
+            key = (id(cand.gpu), cand.parallelism)
+            if key not in layouts:
+                ctx = _ctx(problem, cand)
+                try:
+                    layouts[key] = (ctx, memory_plan(ctx, max_context_tokens=max(max_context, 1)))
+                except PlannerError as exc:
+                    layouts[key] = (ctx, exc)
+            ctx, plan = layouts[key]
             name = f"{role} {cand.gpu.id} tp{cand.parallelism.tp}"
-            try:
-                plan = memory_plan(ctx, max_context_tokens=max(max_context, 1))
-            except PlannerError as exc:
+            if isinstance(plan, PlannerError):
                 out.append(
                     PoolRequest(
-                        role=role, candidate=cand, ctx=ctx, request=None, skip=f"{name}: {exc.detail}"
+                        role=role, candidate=cand, ctx=ctx, request=None, skip=f"{name}: {plan.detail}"
                     )
                 )
                 continue
@@ -263,14 +270,16 @@ def _prepare(
     variants: list[PrefillVariant] = []
     seen: dict[tuple[int, float], int] = {}
     variant_of = np.zeros((len(pre), len(dec), len(links)), dtype=np.intp)
+    # one worker of each candidate, as the link is chosen for a pair of them
+    pre_one, dec_one = [_pool_spec(pc, 1) for pc in pre], [_pool_spec(dc, 1) for dc in dec]
     for i, pc in enumerate(pre):
         for j, dc in enumerate(dec):
             for li, link in enumerate(links):
                 if len(links) == 2 and li == 0 and pc.gpu.id != dc.gpu.id:
                     continue  # "auto" never joins two GPU types by NVLink: the pair's NVLink slot is never read
                 bw = choose_link(
-                    DisaggregatedDeployment(prefill=_pool_spec(pc, 1), decode=_pool_spec(dc, 1), kv_link=link)
-                ).bandwidth_bytes_per_s  # type: ignore[arg-type]
+                    DisaggregatedDeployment(prefill=pre_one[i], decode=dec_one[j], kv_link=link)  # type: ignore[arg-type]
+                ).bandwidth_bytes_per_s
                 key = (i, round(bw, -3))
                 if key not in seen:
                     full, exposed = kv_transfer_s(kv_bytes, bw, pre_s[i], problem.model.num_layers)
@@ -359,11 +368,13 @@ def _cells(search: DisaggregatedSearch, pools: _Pools, slo: Slo) -> _Cells:
         parts = []
         pi, pj = np.meshgrid(np.arange(npre), np.arange(ndec), indexing="ij")
         pi, pj = pi.ravel(), pj.ravel()
+        # every (prefill workers, decode workers) pair, by index into ``workers``
+        c_all, d_all = (x.ravel() for x in np.meshgrid(np.arange(nw), np.arange(nw), indexing="ij"))
+        wc, wd = workers[c_all], workers[d_all]
         for g_p, g_d in {(int(gp[x]), int(gd[y])) for x, y in zip(pi, pj, strict=True)}:
             sel = (gp[pi] == g_p) & (gd[pj] == g_d)
-            cc, dd = np.meshgrid(np.arange(nw), np.arange(nw), indexing="ij")
-            fit = workers[cc] * g_p + workers[dd] * g_d <= budget
-            cc, dd = cc[fit], dd[fit]
+            fit = wc * g_p + wd * g_d <= budget
+            cc, dd = c_all[fit], d_all[fit]
             if cc.size == 0 or not np.any(sel):
                 continue
             parts.append(

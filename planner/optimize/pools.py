@@ -12,12 +12,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from planner.optimize.capacity import erlang_c_servers
+from planner.optimize.capacity import erlang_c_servers, log_factorial
 from planner.serving.disaggregated import MAX_UTILIZATION
 from planner.serving.evaluate import FLUCTUATION_Z
 
@@ -78,7 +79,11 @@ def prefill_capacity(
     a_mass = np.sum(w * reach, axis=1)
     theta_grid = np.geomspace(1e-3 * ttft_s, 1e3 * ttft_s, THETA_POINTS)
     gap = np.maximum(ttft_s - shifts, 0.0)
-    g_table = np.einsum("vi,vig->vg", w * reach, np.exp(-gap[:, :, None] / theta_grid[None, None, :]))
+    # exp(−gap/θ) over (variant, prompt point, θ) is the largest array of the search (~4 MB for 66 variants):
+    # built in one buffer, in place (a fresh multi-MB temporary per step cost more than the arithmetic)
+    decay = gap[:, :, None] / -theta_grid[None, None, :]
+    np.exp(decay, out=decay)
+    g_table = np.einsum("vi,vig->vg", w * reach, decay)
     log_grid = np.log(theta_grid)
     step = log_grid[1] - log_grid[0]
     use = np.ones((nv, nc), dtype=bool) if max_workers is None else c <= np.asarray(max_workers)[:, None]
@@ -86,31 +91,50 @@ def prefill_capacity(
     cc = np.broadcast_to(c, (nv, nc))[use]
     ms = mean_s[rows]
     k_var = (arrival_scv + scv_s[rows]) / 2.0
+    g_flat = g_table.ravel()
 
-    def met(lam: FloatArray) -> NDArray[np.bool_]:
-        p_wait = erlang_c_servers(cc, lam * ms)
-        spare = cc / ms - lam
-        theta = np.where(spare > 0, k_var / np.where(spare > 0, spare, 1.0), np.inf)
-        x = np.clip(
-            (np.log(np.minimum(theta, theta_grid[-1])) - log_grid[0]) / step, 0.0, THETA_POINTS - 1.000001
-        )
-        i0 = x.astype(np.intp)
-        f = x - i0
-        g = g_table[rows, i0] * (1.0 - f) + g_table[rows, i0 + 1] * f
-        g = np.where(theta >= theta_grid[-1], a_mass[rows], g)
-        return a_mass[rows] - np.where(lam > 0, p_wait, 0.0) * g >= q - 1e-12
+    def target_met(sel: NDArray[np.intp] | slice) -> Callable[[FloatArray], NDArray[np.bool_]]:
+        """``met(λ)`` of the rows ``sel``: TTFT percentile within target at rate ``λ`` [requests/s]. What does
+        not move with the rate (the servers' log-factorials, service rates, table rows) is gathered once."""
+        c_s, ms_s, kv_s = cc[sel], ms[sel], k_var[sel]
+        log_fact = log_factorial(c_s)
+        rate_s = c_s / ms_s  # the pool's service rate [requests/s]
+        first = rows[sel] * THETA_POINTS  # each row's G(θ) in g_flat
+        mass = a_mass[rows[sel]]
 
-    lo = np.zeros(rows.size)
-    hi = top[use].copy()
-    ok_top = met(hi)
-    ok_zero = met(np.zeros(rows.size))
+        def met(lam: FloatArray) -> NDArray[np.bool_]:
+            p_wait = erlang_c_servers(c_s, lam * ms_s, log_factorial=log_fact)
+            spare = rate_s - lam
+            theta = np.where(spare > 0, kv_s / np.where(spare > 0, spare, 1.0), np.inf)
+            x = np.clip(
+                (np.log(np.minimum(theta, theta_grid[-1])) - log_grid[0]) / step, 0.0, THETA_POINTS - 1.000001
+            )
+            i0 = x.astype(np.intp)
+            f = x - i0
+            g = g_flat[first + i0] * (1.0 - f) + g_flat[first + i0 + 1] * f
+            g = np.where(theta >= theta_grid[-1], mass, g)
+            return mass - np.where(lam > 0, p_wait, 0.0) * g >= q - 1e-12
+
+        return met
+
+    everywhere = target_met(slice(None))
+    top_use = top[use]
+    ok_top = everywhere(top_use)
+    ok_zero = everywhere(np.zeros(rows.size))
+    # only the rows that meet the target unloaded but not at the stability limit have an edge to bisect for
+    edge = np.flatnonzero(ok_zero & ~ok_top)
+    met = target_met(edge)
+    lo = np.zeros(edge.size)
+    hi = top_use[edge]
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         good = met(mid)
         lo = np.where(good, mid, lo)
         hi = np.where(good, hi, mid)
+    rate = np.where(ok_zero & ok_top, top_use, 0.0)
+    rate[edge] = lo
     out = np.zeros((nv, nc))
-    out[use] = np.where(ok_zero, np.where(ok_top, top[use], lo), 0.0)
+    out[use] = rate
     return out
 
 
@@ -155,6 +179,9 @@ def decode_capacity(
     rate = np.zeros((nv, nc_all))
     batch = np.zeros((nv, nc_all))
     q = itl_percentile / 100.0
+    frac = np.linspace(0.0, 1.0, DECODE_REFINE_POINTS + 2)[1:-1]
+    # the per-worker batches walked, by the top of the batch grid (variants of one batch cap share them)
+    curves: dict[float, FloatArray] = {}
     for i, v in enumerate(variants):
         use = all_d <= (np.inf if max_workers is None else max_workers[i])
         d = all_d[use]
@@ -162,7 +189,9 @@ def decode_capacity(
         if nc == 0:
             continue
         top = max(v.batch_grid[-1] - 1.0, 1e-3)
-        b = np.concatenate([[0.0], np.geomspace(1e-3, top, DECODE_CURVE_POINTS)])
+        if top not in curves:
+            curves[top] = np.concatenate([[0.0], np.geomspace(1e-3, top, DECODE_CURVE_POINTS)])
+        b = curves[top]
         if mean_decode_steps <= 0:
             rate[i, use] = np.inf
             continue
@@ -174,7 +203,6 @@ def decode_capacity(
             lo = np.where(last >= 0, b[np.maximum(last, 0)], 0.0)
             hi = np.where(last < b.size - 1, b[np.minimum(last + 1, b.size - 1)], lo)
             for _ in range(2):
-                frac = np.linspace(0.0, 1.0, DECODE_REFINE_POINTS + 2)[1:-1]
                 sub = lo[:, None] + (hi - lo)[:, None] * frac[None, :]
                 g = np.cumprod(_decode_itl_ok(v, sub, d[:, None], itl_s, q), axis=1).astype(bool)
                 width = (hi - lo) / (DECODE_REFINE_POINTS + 1)
