@@ -18,8 +18,11 @@ output ``O`` tokens):
 ``B`` is a fixed point of these (solved by damped iteration, vectorized over a grid of rates). A closed
 loop of ``N`` clients adds Little's law for the whole cycle, ``N = λ · E[e2e]``, solved for ``λ``.
 TTFT = front-end overhead + queue wait for the prefill lane (Kingman's G/G/1 on its token work) + the
-mean residual of the iteration in progress + the prompt's own chunk iterations. Iteration times come
-from the cost model on a (batch × chunk) grid, interpolated.
+mean residual of the iteration in progress + the prompt's own chunk iterations. In a closed loop the
+requests are triggered by completions, which come at iteration ends: chunked, the lane's queue is counted
+in iterations (its busy share of the iterations, not of the time); unchunked, a prompt shares the
+prefill-only iteration of the others that arrived during its decode iteration. Iteration times come from
+the cost model on a (batch × chunk) grid, interpolated.
 """
 
 from __future__ import annotations
