@@ -112,12 +112,17 @@ def _rss_bytes(pid: int) -> int:
     return total
 
 
+#: the requests of the last run that got no answer: kind, exception and how long it took
+failures: list[str] = []
+
+
 async def _fire(url: str, n: int, in_flight: int, timeout_s: float, seed: int = 0) -> tuple[list, float]:
     rng = np.random.default_rng(seed)
     shares = np.array([m[1] for m in MIX])
     picks = rng.choice(len(MIX), size=n, p=shares / shares.sum())
     sem = asyncio.Semaphore(in_flight)
     out: list[tuple[str, int, float, bool]] = []
+    failures.clear()
     limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
     async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
         async def one(k: int) -> None:
@@ -127,8 +132,10 @@ async def _fire(url: str, n: int, in_flight: int, timeout_s: float, seed: int = 
                 try:
                     r = await client.request(method, path, json=body)
                     status = r.status_code
-                except httpx.HTTPError:
+                except httpx.HTTPError as error:
                     status = -1
+                    failures.append(f"{kind}: {type(error).__name__} after {time.perf_counter() - start:.1f} s "
+                                    f"({error!s:.120})")
                 out.append((kind, status, time.perf_counter() - start, refused))
 
         start = time.perf_counter()
@@ -178,7 +185,9 @@ def main(argv: list[str] | None = None) -> None:
         f"- throughput: **{len(results) / wall:,.0f} requests/s** ({wall:.1f} s)",
         f"- latency, all requests: p50 {1e3 * np.percentile(lat, 50):.1f} ms, p99 {1e3 * np.percentile(lat, 99):.1f} ms",
         f"- errors (5xx, connection failures, timeouts, or a wrong 2xx/4xx): **{errors}**",
-        f"- statuses: {', '.join(f'{s}: {c}' for s, c in sorted(statuses.items()))}",
+        f"- statuses: {', '.join(f'{s}: {c}' for s, c in sorted(statuses.items()))}"
+        + (" (-1: no answer)" if -1 in statuses else ""),
+        *(f"  - no answer: {f}" for f in failures[:10]),
         f"- resident memory of the server's processes: {rss_before / 2**20:.0f} MiB before, "
         f"{rss_after / 2**20:.0f} MiB after ({(rss_after - rss_before) / 2**20:+.0f} MiB)",
         f"- memory after each fifth of the requests [MiB]: {', '.join(f'{r / 2**20:.0f}' for r in rss_series)}; "
