@@ -50,9 +50,6 @@ class BodySizeLimit:
                 detail=_too_large_detail(limit),
                 instance=scope.get("path", ""),
                 extra={"limit_bytes": limit, "size_bytes": int(declared)},
-                # the body is never read: a client must not send its next request on this connection
-                # while the server may still be discarding (or closing on) the rest of this one
-                headers={"Connection": "close"},
             )
             await response(scope, receive, send)
             return
