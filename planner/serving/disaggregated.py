@@ -229,10 +229,12 @@ class DisaggregatedModel:
             lo, hi = lam * 0.999, min(lam * 1.001, sat)
         return lam
 
-    def closed_loop_prefill(self, clients: float, arrival_scv: float) -> tuple[float, float, float] | None:
-        """(per-pool throughput [req/s], mean prefill wait [s], probability of waiting) of a closed loop of
-        ``clients``, by mean-value analysis of the prefill queue with the rest of each client's cycle as a
-        delay; None when the decode pool or the KV link limits before the prefill pool does (the caller
+    def closed_loop_prefill(self, clients: float, arrival_scv: float
+                            ) -> tuple[float, float, float, FloatArray, FloatArray] | None:
+        """(per-pool throughput [req/s], mean prefill wait [s], probability of waiting, the wait law as
+        (values [s], weights) points) of a closed loop of ``clients``, by mean-value analysis of the prefill
+        queue with the rest of each client's cycle as a delay (``queueing.closed_queue_wait_points`` for
+        the law); None when the decode pool or the KV link limits before the prefill pool does (the caller
         then keeps the open-loop queue at the solved rate).
 
         The delay ``Z`` (front end, exposed transfer, decode slot wait, the decode steps) depends on the
@@ -250,7 +252,7 @@ class DisaggregatedModel:
                         float(self._decode_curve()[1][-1]))
         if other_max < prefill_max:
             return None
-        wait, p_wait = 0.0, 0.0
+        wait, p_wait, think = 0.0, 0.0, 0.0
         for _ in range(FIXED_POINT_ITERATIONS):
             st = self.steady_state(np.array([min(lam, other_max)]), arrival_scv, scale)
             think = float(self.mean_e2e_s(st)[0]) - float(st.prefill_wait_s[0]) - mean_s
@@ -262,4 +264,7 @@ class DisaggregatedModel:
                 break
         if lam > other_max * (1.0 + 1e-9):
             return None
-        return lam, wait, p_wait
+        values, weights = Q.closed_queue_wait_points(
+            clients=clients, service_mean_s=mean_s, service_scv=scv_s, servers=self.dep.prefill.workers,
+            think_s=max(think, 0.0), mean_wait_s=wait)
+        return lam, wait, p_wait, values, weights

@@ -388,7 +388,14 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     p_wait = (float(st.prefill_p_wait[0]) if extra == 0 else 1.0) if mva is None else mva[2]
     shifts = overhead + model.prefill_s + model.transfer_s
     ttft_mean = overhead + wq + float(np.dot(in_w, model.prefill_s + model.transfer_s))
-    ttft_q = Q.quantiles_of_shifted_wait(shifts, in_w, p_wait=p_wait if wq > 0 else 0.0, mean_wait_s=wq,
+    # the law of TTFT: the prompt's own times plus the wait, an open queue's exponential tail, or a closed
+    # loop's bounded law (points: TTFT = shift + wait, their weights multiplied)
+    law_shifts, law_w, law_p, law_wq = shifts, in_w, (p_wait if wq > 0 else 0.0), wq
+    if mva is not None:
+        law_shifts = (shifts[:, None] + mva[3][None, :]).ravel()
+        law_w = (in_w[:, None] * mva[4][None, :]).ravel()
+        law_p, law_wq = 0.0, 0.0
+    ttft_q = Q.quantiles_of_shifted_wait(law_shifts, law_w, p_wait=law_p, mean_wait_s=law_wq,
                                          quantiles=QUANTILES)
     clients = float(w.arrival.concurrency) if w.arrival.kind == "closed_loop" else None
     b_pts, b_w = batch_fluctuation(float(st.decode_batch[0]) * dep.decode.workers, model.batch_cap
@@ -402,8 +409,10 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     slot = float(st.decode_slot_wait_s[0]) if np.isfinite(st.decode_slot_wait_s[0]) else 0.0
     e2e_shift, e2e_w = compress_points(shifts[:, None] + slot + np.maximum(out_v - 1.0, 0.0)[None, :] * tau,
                                  in_w[:, None] * out_w[None, :])
-    e2e_q = Q.quantiles_of_shifted_wait(e2e_shift, e2e_w, p_wait=p_wait if wq > 0 else 0.0, mean_wait_s=wq,
-                                        quantiles=QUANTILES)
+    if mva is not None:
+        e2e_shift = (e2e_shift[:, None] + mva[3][None, :]).ravel()
+        e2e_w = (e2e_w[:, None] * mva[4][None, :]).ravel()
+    e2e_q = Q.quantiles_of_shifted_wait(e2e_shift, e2e_w, p_wait=law_p, mean_wait_s=law_wq, quantiles=QUANTILES)
     e2e_mean = ttft_mean + slot + model.mean_decode_steps * tau
     gpus = dep.prefill.parallelism.num_gpus * dep.prefill.workers + dep.decode.parallelism.num_gpus * dep.decode.workers
     out_tps = lam * w.output_tokens.mean
@@ -433,8 +442,7 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
         mean_decode_batch=float(st.decode_batch[0]), num_gpus=gpus, feasible=feasible, limiting_resource=limiting,
         kv_transfer=kv,
     )
-    return _finish(problem, ev, shifts, in_w, p_wait if wq > 0 else 0.0, wq, itl_q, itl_v, itl_w, lam,
-                   warnings)
+    return _finish(problem, ev, law_shifts, law_w, law_p, law_wq, itl_q, itl_v, itl_w, lam, warnings)
 
 
 def _finish(problem: ServingProblem, ev: dict, shifts: FloatArray, weights: FloatArray,

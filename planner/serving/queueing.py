@@ -299,3 +299,56 @@ def _schweitzer_mva(clients: float, s: float, delay: float, residual: float, c: 
     wait = max(resp(x) - s, 0.0)
     seen_u = min(a * x * s, 0.995)
     return float(x), float(wait), float(erlang_c(c, seen_u * c)) if wait > 0 else 0.0
+
+
+#: edges of the probability bins the waiting part of a closed loop's wait is represented by (one point at
+#: each bin's middle; finer in the tail, where the p99 is read)
+CLOSED_WAIT_EDGES = np.concatenate([np.linspace(0.0, 0.9, 19), [0.93, 0.96, 0.98, 0.99, 0.995, 0.998, 0.999, 1.0]])
+#: most populations k of the arrival theorem's law kept as separate terms (the rest merged in bins)
+CLOSED_WAIT_TERMS = 256
+
+
+def closed_queue_wait_points(*, clients: float, service_mean_s: float, service_scv: float, servers: float,
+                             think_s: float, mean_wait_s: float) -> tuple[FloatArray, FloatArray]:
+    """The wait law of a closed loop's queue as (values [s], weights) points, an atom at 0 first, with the
+    mean ``mean_wait_s`` (from :func:`closed_queue_mva`).
+
+    An arrival sees the queue of the other N − 1 clients (the arrival theorem): k of them in the system with
+    the machine-repair law p_k ∝ (N − 1)! / (N − 1 − k)! · (s / Z)^k, s the service of one (fast, Seidmann)
+    server and Z the delay (Kleinrock, "Queueing Systems" vol. 1, 1975, Sec. 3.8; exact for exponential
+    service). With k ≥ 1 it waits for k − 1 services and the residual of the one in progress, a gamma of
+    mean s·(k − 1 + (1 + c_s²)/2) and variance s²·(c_s²·(k − 1) + ((1 + c_s²)/2)²). Unlike the
+    exponential tail of an open queue, this law ends near N − 1 services: the population caps the queue.
+    The points are rescaled so their mean is ``mean_wait_s``."""
+    n = max(int(np.ceil(clients)) - 1, 0)
+    c = max(1, int(round(servers)))
+    s = float(service_mean_s) / c
+    delay = float(think_s) + float(service_mean_s) * (c - 1) / c
+    if n == 0 or s <= 0 or mean_wait_s <= 0:
+        return np.zeros(1), np.ones(1)
+    k = np.arange(n + 1, dtype=np.float64)
+    ratio = s / max(delay, 1e-12 * s)
+    log_p = special.gammaln(n + 1.0) - special.gammaln(n - k + 1.0) + k * np.log(ratio)
+    p = np.exp(log_p - np.max(log_p))
+    p /= np.sum(p)
+    p0 = float(p[0])
+    kk, pk = k[1:], p[1:]
+    keep = pk >= 1e-12 * np.max(pk)
+    kk, pk = kk[keep], pk[keep]
+    if kk.size > CLOSED_WAIT_TERMS:  # merge neighbouring populations into bins of equal count
+        bins = np.minimum(np.arange(kk.size) * CLOSED_WAIT_TERMS // kk.size, CLOSED_WAIT_TERMS - 1)
+        mass = np.bincount(bins, weights=pk)
+        kk, pk = np.bincount(bins, weights=pk * kk) / mass, mass
+    cs2 = max(float(service_scv), 0.0)
+    mean_k = s * (kk - 1.0 + (1.0 + cs2) / 2.0)
+    var_k = s * s * (cs2 * (kk - 1.0) + ((1.0 + cs2) / 2.0) ** 2)
+    shape, scale = mean_k**2 / var_k, var_k / mean_k
+    grid = np.linspace(0.0, float(np.max(mean_k + 8.0 * np.sqrt(var_k))), 2048)
+    busy = float(np.sum(pk))
+    cdf = np.sum(pk[:, None] * special.gammainc(shape[:, None], grid[None, :] / scale[:, None]), axis=0) / busy
+    mid = (CLOSED_WAIT_EDGES[:-1] + CLOSED_WAIT_EDGES[1:]) / 2.0
+    values = np.interp(mid, np.maximum.accumulate(cdf), grid)
+    weights = np.diff(CLOSED_WAIT_EDGES) * busy
+    mean = float(np.dot(values, weights))
+    values = values * (mean_wait_s / mean) if mean > 0 else values
+    return np.concatenate([[0.0], values]), np.concatenate([[p0], weights])

@@ -72,3 +72,42 @@ def test_servers_share_the_work() -> None:
     # two servers of half the speed: the same capacity, shorter waits at the same population
     assert two[0] == pytest.approx(one[0], rel=0.1)
     assert two[1] < one[1]
+
+
+def test_the_closed_wait_law_keeps_the_mean_and_has_a_lighter_tail_than_an_open_queue() -> None:
+    from planner.serving.queueing import closed_queue_wait_points
+
+    clients, service, think = 64, 1.0, 20.0
+    x, wait, p_wait = closed_queue_mva(clients=clients, service_mean_s=service, service_scv=1.0, servers=1,
+                                       think_s=think)
+    values, weights = closed_queue_wait_points(clients=clients, service_mean_s=service, service_scv=1.0,
+                                               servers=1, think_s=think, mean_wait_s=wait)
+    assert float(np.sum(weights)) == pytest.approx(1.0, rel=1e-9)
+    assert float(np.dot(values, weights)) == pytest.approx(wait, rel=1e-9)
+    # at most the other N − 1 clients are ahead: the tail is lighter than the exponential tail an open queue
+    # of the same mean wait and waiting probability has (its 99.9 % point, W / p · ln(p / 0.001))
+    cdf = np.cumsum(weights)
+    p999 = float(values[np.searchsorted(cdf, 0.999)])
+    assert p999 < wait / p_wait * math.log(p_wait / 0.001)
+    # the atom at zero is the chance of finding the server idle among N − 1 clients: about 1 − p_wait
+    assert weights[0] == pytest.approx(1.0 - p_wait, abs=0.05)
+
+
+def test_the_closed_wait_law_matches_the_machine_repair_law() -> None:
+    """Exponential service: the wait's CDF from the points against the exact M/M/1//N law (Erlang-k waits
+    behind k in the system, k from the arrival theorem's law)."""
+    from planner.serving.queueing import closed_queue_wait_points
+
+    clients, think = 32, 24.0
+    _, wait, _ = closed_queue_mva(clients=clients, service_mean_s=1.0, service_scv=1.0, servers=1,
+                                  think_s=think)
+    values, weights = closed_queue_wait_points(clients=clients, service_mean_s=1.0, service_scv=1.0,
+                                               servers=1, think_s=think, mean_wait_s=wait)
+    n = clients - 1
+    k = np.arange(n + 1)
+    log_p = special.gammaln(n + 1.0) - special.gammaln(n - k + 1.0) - k * math.log(think)
+    p = np.exp(log_p - log_p.max())
+    p /= p.sum()
+    for t in (2.0, 5.0, 10.0, 15.0):
+        exact = p[0] + float(np.sum(p[1:] * special.gammainc(k[1:], t)))
+        assert float(np.sum(weights[values <= t])) == pytest.approx(exact, abs=0.05)
