@@ -229,7 +229,7 @@ class DisaggregatedModel:
             lo, hi = lam * 0.999, min(lam * 1.001, sat)
         return lam
 
-    def closed_loop_prefill(self, clients: float, arrival_scv: float
+    def closed_loop_prefill(self, clients: float, arrival_scv: float, start_rate_per_s: float | None = None
                             ) -> tuple[float, float, float, FloatArray, FloatArray] | None:
         """(per-pool throughput [req/s], mean prefill wait [s], probability of waiting, the wait law as
         (values [s], weights) points) of a closed loop of ``clients``, by mean-value analysis of the prefill
@@ -246,7 +246,8 @@ class DisaggregatedModel:
             return None
         scv_s = max(float(np.dot(w, self.prefill_s**2)) / mean_s**2 - 1.0, 0.0)
         scale = max(clients - 1.0, 0.0) / clients
-        lam = self.closed_loop_rate_per_s(clients, arrival_scv)
+        # the fixed point starts from the open-queue root (``closed_loop_rate_per_s``), unless given
+        lam = self.closed_loop_rate_per_s(clients, arrival_scv) if start_rate_per_s is None else start_rate_per_s
         prefill_max = MAX_UTILIZATION * self.dep.prefill.workers / mean_s
         other_max = min(self.dep.prefill.workers / float(np.dot(w, self.transfer_full_s)),
                         float(self._decode_curve()[1][-1]))

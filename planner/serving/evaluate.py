@@ -366,8 +366,8 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     lam, scv, scale, extra, overloaded, st = _operating_rate(model, problem, 1)
     w = problem.workload
     # a closed loop's prefill queue: mean-value analysis over its clients, when the prefill pool limits
-    mva = (model.closed_loop_prefill(float(w.arrival.concurrency), scv) if w.arrival.kind == "closed_loop"
-           else None)
+    mva = (model.closed_loop_prefill(float(w.arrival.concurrency), scv, start_rate_per_s=lam)
+           if w.arrival.kind == "closed_loop" else None)
     if mva is not None:
         lam, extra = mva[0], 0.0
         st = model.steady_state(np.array([lam]), scv, scale)
