@@ -47,8 +47,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     Parameters
     ----------
     settings
-        Settings to use instead of the ``PLANNER_*`` environment (installed as the override of
-        ``get_settings``, the same hook tests use).
+        Settings to use instead of the ``PLANNER_*`` environment (kept on ``app.state``, which the
+        ``app_settings`` dependency reads before the environment).
     """
     app = FastAPI(
         title="planner",
@@ -57,8 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         generate_unique_id_function=_operation_id,
     )
     app.state.catalog_cache = CatalogCache()
-    if settings is not None:
-        app.dependency_overrides[get_settings] = lambda: settings
+    app.state.settings = settings
     register_problem_handlers(app)
     app.add_middleware(BodySizeLimit, max_body_bytes=MAX_BODY_BYTES,
                        path_limits={f"{API_PREFIX}/whatif": MAX_WHATIF_BODY_BYTES})

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from planner.api.settings import Settings, get_settings
+from planner.api.settings import Settings, app_settings
 from planner.costs.types import EngineProfile
 from planner.engines import load_engine_profiles
 from planner.hardware import GpuSpec, load_catalog
@@ -58,7 +58,7 @@ class CatalogCache:
             return self._by_dir.setdefault(hardware_dir, Catalogs(hardware_dir))
 
 
-def get_catalogs(request: Request, settings: Annotated[Settings, Depends(get_settings)]) -> Catalogs:
+def get_catalogs(request: Request, settings: Annotated[Settings, Depends(app_settings)]) -> Catalogs:
     """Dependency: this app's catalogs for the configured hardware directory."""
     cache: CatalogCache = request.app.state.catalog_cache
     return cache.get(settings.hardware_dir)

@@ -6,6 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
+from fastapi import Depends, Request
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -60,3 +61,12 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """Settings of this process, read once. Tests override this dependency."""
     return Settings()
+
+
+def app_settings(request: Request, environment: Annotated[Settings, Depends(get_settings)]) -> Settings:
+    """Dependency: the settings the app was built with (``create_app(settings)``), else the process's.
+
+    An app's own settings live on ``app.state`` rather than in ``dependency_overrides``: FastAPI rebuilds the
+    dependency tree of every request while any override is installed (half a millisecond a request)."""
+    own = getattr(request.app.state, "settings", None)
+    return own if own is not None else environment

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 from scipy import special
 
 from planner.costs.memory import memory_plan
-from planner.costs.passes import mixed_step_latency_s
+from planner.costs.passes import mixed_step_latency_many
 from planner.costs.types import CostContext
 from planner.errors import ModelDoesNotFit, UnsupportedConfiguration
 from planner.serving.types import AggregatedDeployment, ServingProblem
@@ -146,6 +146,18 @@ def _stable_branch(st: SteadyState) -> NDArray[np.bool_]:
     return ok & (lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf)))
 
 
+def _take(st: SteadyState, idx: NDArray[np.intp]) -> SteadyState:
+    """The states of rows ``idx``."""
+    n = st.batch.shape[0]
+    return SteadyState(**{k: (v[idx] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v)
+                          for k, v in st.__dict__.items()})
+
+
+def _concat_states(parts: list[SteadyState]) -> SteadyState:
+    """The rows of several states of one model, one after the other."""
+    return SteadyState(**{k: np.concatenate([p.__dict__[k] for p in parts]) for k in parts[0].__dict__})
+
+
 class AggregatedModel:
     """Closed-form model of one replica of an aggregated deployment."""
 
@@ -217,8 +229,8 @@ class AggregatedModel:
         self._grid = np.unique(np.concatenate([[0.0, 1.0], np.geomspace(1.0, max(self.batch_cap, 1.0),
                                                                          NUM_BATCH_POINTS)]))
         if tabulate:
-            mixed_in, prompt_in = self.table_inputs()
-            self.set_tables(mixed_step_latency_s(self.ctx, **mixed_in), mixed_step_latency_s(self.ctx, **prompt_in))
+            # both grids in one pass of the cost model (its time is mostly per operator, not per point)
+            self.set_tables(*mixed_step_latency_many(self.ctx, self.table_inputs()))
 
     # -- the cost-model grid --------------------------------------------------------------------------------
     def table_inputs(self) -> tuple[dict[str, FloatArray | float], dict[str, FloatArray | float]]:
@@ -285,35 +297,40 @@ class AggregatedModel:
         if wait_scale not in cache:
             cap = max(self.batch_cap, 1e-3)
             b = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, CURVE_POINTS)])
-            b = self._refined_edge(b, wait_scale)
-            st = self._at_batch(b, 1.0, wait_scale)
-            lam = st.rate_per_s
-            ok = _stable_branch(st)
-            cache[wait_scale] = (b, lam, ok, st)
+            st = self._refined_edge(b, self._at_batch(b, 1.0, wait_scale), wait_scale)
+            cache[wait_scale] = (st.batch, st.rate_per_s, _stable_branch(st), st)
         return cache[wait_scale][:3]
 
-    def _refined_edge(self, b: FloatArray, wait_scale: float) -> FloatArray:
-        """The batch grid with the end of the stable branch located between its two grid points: the grid
-        steps by ~30 % in B, and the saturation rate is the top of the branch, so ``EDGE_ROUNDS`` rounds of
-        ``EDGE_POINTS`` points narrow the last step to 1/EDGE_POINTS^rounds of itself."""
-        ok = _stable_branch(self._at_batch(b, 1.0, wait_scale))
+    def _refined_edge(self, b: FloatArray, st: SteadyState, wait_scale: float) -> SteadyState:
+        """The states ``st`` of the batch grid ``b`` with the end of the stable branch located between its two
+        grid points: the grid steps by ~30 % in B, and the saturation rate is the top of the branch, so
+        ``EDGE_ROUNDS`` rounds of ``EDGE_POINTS`` points narrow the last step to 1/EDGE_POINTS^rounds of
+        itself. Each round evaluates only its new points (a state depends on its own batch alone), against
+        the branch's running maximum of λ up to the last stable grid point."""
+        ok = _stable_branch(st)
         last = int(np.flatnonzero(ok)[-1]) if np.any(ok) else -1
         if last < 0 or last == b.size - 1:
-            return b
+            return st
         lo, hi = float(b[last]), float(b[last + 1])
-        found: list[float] = []
+        top = float(np.max(st.rate_per_s[: last + 1][ok[: last + 1]]))
+        found: list[SteadyState] = []
         for _ in range(EDGE_ROUNDS):
             pts = np.linspace(lo, hi, EDGE_POINTS + 2)[1:-1]
-            trial = np.concatenate([b[: last + 1], pts])
-            good = _stable_branch(self._at_batch(trial, 1.0, wait_scale))[last + 1:]
+            sub = self._at_batch(pts, 1.0, wait_scale)
+            lam = sub.rate_per_s
+            fine = sub.stable & np.isfinite(lam)
+            good = fine & (lam >= np.maximum(top, np.maximum.accumulate(np.where(fine, lam, -np.inf))))
             # the leading run of stable points: the edge lies after its last one
             k = (int(np.flatnonzero(~good)[0]) if not np.all(good) else good.size) - 1
             if k < 0:
                 hi = float(pts[0])
                 continue
-            found.append(float(pts[k]))
+            found.append(_take(sub, np.array([k])))
             lo, hi = float(pts[k]), (float(pts[k + 1]) if k + 1 < pts.size else hi)
-        return np.unique(np.concatenate([b, found])) if found else b
+        if not found:
+            return st
+        merged = _concat_states([st, *found])
+        return _take(merged, np.unique(merged.batch, return_index=True)[1])
 
     def _curve_state(self, wait_scale: float) -> SteadyState:
         """The steady states along the stable branch of the curve (Poisson-like arrivals)."""

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from planner.costs.passes import mixed_step_latency_s
+from planner.costs.passes import mixed_step_latency_many
 from planner.errors import InvalidInput, PlannerError
 from planner.serving import queueing as Q
 from planner.serving.aggregated import AggregatedModel
@@ -168,7 +168,7 @@ def _tabulated_model(problem: ServingProblem, memo: TableMemo | None) -> Aggrega
     inputs = model.table_inputs()
     key = _table_key(model, inputs)
     if key not in memo:
-        memo[key] = (mixed_step_latency_s(model.ctx, **inputs[0]), mixed_step_latency_s(model.ctx, **inputs[1]))
+        memo[key] = tuple(mixed_step_latency_many(model.ctx, inputs))
     model.set_tables(*memo[key])  # type: ignore[misc]
     # the λ(B) curve (per queue-thinning factor) is the same for every arrival process: share it too
     model.__dict__["_curve_cache"] = memo.setdefault(_state_key(problem, key), {})

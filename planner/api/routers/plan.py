@@ -36,7 +36,7 @@ from planner.api.routers.evaluate import (
     parallelism_out,
     resolve_gpu,
 )
-from planner.api.settings import Settings, get_settings
+from planner.api.settings import Settings, app_settings
 from planner.costs import Parallelism
 from planner.errors import InvalidInput
 from planner.hardware import GpuSpec
@@ -52,7 +52,7 @@ from planner.serving.types import AggregatedDeployment, Evaluation, ServingProbl
 from planner.serving.workload import Arrival, Workload
 
 router = APIRouter(prefix="/plan", tags=["plan"], responses=problem_responses([400, 404, 413, 422, 500, 503]))
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+SettingsDep = Annotated[Settings, Depends(app_settings)]
 
 
 def _workload(body: PlanWorkloadIn) -> tuple[Workload, float | None, float]:

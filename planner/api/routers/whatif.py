@@ -22,7 +22,7 @@ from planner.api.deadline import deadline_checkpoint
 from planner.api.problems import problem_body, problem_responses, validation_problem_body
 from planner.api.routers.evaluate import build_problem, evaluation_response
 from planner.api.serving_schemas import EvaluateRequest
-from planner.api.settings import Settings, get_settings
+from planner.api.settings import Settings, app_settings
 from planner.api.whatif_columns import (
     MIN_GROUP,
     GroupResult,
@@ -36,7 +36,7 @@ from planner.errors import InvalidInput, PlannerError, RequestTooLarge, Unsuppor
 from planner.serving.evaluate import TableMemo, evaluate
 
 router = APIRouter(prefix="/whatif", tags=["whatif"], responses=problem_responses([413, 415, 422, 500, 503]))
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+SettingsDep = Annotated[Settings, Depends(app_settings)]
 
 JSON, CSV, NDJSON = "application/json", "text/csv", "application/x-ndjson"
 #: scenarios evaluated between two NDJSON writes
