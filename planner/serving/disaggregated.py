@@ -230,9 +230,9 @@ class DisaggregatedModel:
         return lam
 
     def closed_loop_prefill(self, clients: float, arrival_scv: float, start_rate_per_s: float | None = None
-                            ) -> tuple[float, float, float, FloatArray, FloatArray] | None:
+                            ) -> tuple[float, float, float, FloatArray, FloatArray, float] | None:
         """(per-pool throughput [req/s], mean prefill wait [s], probability of waiting, the wait law as
-        (values [s], weights) points) of a closed loop of ``clients``, by mean-value analysis of the prefill
+        (values [s], weights) points, the rest of a client's cycle [s]) of a closed loop of ``clients``, by mean-value analysis of the prefill
         queue with the rest of each client's cycle as a delay (``queueing.closed_queue_wait_points`` for
         the law); None when the decode pool or the KV link limits before the prefill pool does (the caller
         then keeps the open-loop queue at the solved rate).
@@ -268,4 +268,21 @@ class DisaggregatedModel:
         values, weights = Q.closed_queue_wait_points(
             clients=clients, service_mean_s=mean_s, service_scv=scv_s, servers=self.dep.prefill.workers,
             think_s=max(think, 0.0), mean_wait_s=wait)
-        return lam, wait, p_wait, values, weights
+        return lam, wait, p_wait, values, weights, max(think, 0.0)
+
+    def locked_prefill_wait_s(self, clients: float, think_s: float) -> float | None:
+        """The prefill wait of a closed loop whose clients stay phase-locked, or None when the workload can
+        not lock (lengths that vary, a single client).
+
+        With fixed lengths every service and every cycle takes the same time, and the loop spaces itself:
+        the first wave queues, leaves the prefill pool one service time S apart, decodes for the same time
+        and comes back still S apart, so no prompt waits again while the pool keeps up. It is the periodic
+        steady state of a deterministic closed cyclic network: throughput min(N / (S + Z), c / S) for N
+        clients, c servers and the rest of the cycle Z, so the wait is max(0, N·S / c − S − Z), zero below
+        saturation. The reference simulation, which has no jitter, runs in it (constant TTFT); real
+        benchmarks keep a share of it, the engine's ``closed_loop_coherence``."""
+        w = self.problem.workload
+        if clients <= 1.0 or w.input_tokens.values.size != 1 or w.output_tokens.values.size != 1:
+            return None
+        service = float(np.dot(self.in_weights, self.prefill_s))
+        return max(clients * service / self.dep.prefill.workers - service - think_s, 0.0)

@@ -395,6 +395,24 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
         law_shifts = (shifts[:, None] + mva[3][None, :]).ravel()
         law_w = (in_w[:, None] * mva[4][None, :]).ravel()
         law_p, law_wq = 0.0, 0.0
+    # a fixed-length closed loop spaces itself (``locked_prefill_wait_s``): the engine's coherence is the share
+    # of requests that keep that schedule, the others see the random phases of the mean-value analysis
+    locked = None
+    if w.arrival.kind == "closed_loop" and not saturated:
+        # the rest of a client's cycle: the mean-value analysis's delay, or (another pool limits) what the
+        # steady state gives besides the prefill wait and service
+        think = (mva[5] if mva is not None else float(model.mean_e2e_s(st)[0]) - float(st.prefill_wait_s[0])
+                 - float(np.dot(in_w, model.prefill_s)))
+        locked = model.locked_prefill_wait_s(float(w.arrival.concurrency), max(think, 0.0))
+    phi = float(np.clip(problem.engine.closed_loop_coherence, 0.0, 1.0)) if locked is not None else 0.0
+    if locked is not None and phi > 0.0:
+        ttft_mean = (1.0 - phi) * ttft_mean + phi * (ttft_mean - wq + locked)
+        wq = (1.0 - phi) * wq + phi * locked
+        n = law_shifts.size
+        law_p = np.concatenate([np.full(n, law_p), np.zeros(shifts.size)])
+        law_wq = np.concatenate([np.full(n, law_wq), np.zeros(shifts.size)])
+        law_shifts = np.concatenate([law_shifts, shifts + locked])
+        law_w = np.concatenate([(1.0 - phi) * law_w, phi * in_w])
     ttft_q = Q.quantiles_of_shifted_wait(law_shifts, law_w, p_wait=law_p, mean_wait_s=law_wq,
                                          quantiles=QUANTILES)
     clients = float(w.arrival.concurrency) if w.arrival.kind == "closed_loop" else None
@@ -409,10 +427,20 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     slot = float(st.decode_slot_wait_s[0]) if np.isfinite(st.decode_slot_wait_s[0]) else 0.0
     e2e_shift, e2e_w = compress_points(shifts[:, None] + slot + np.maximum(out_v - 1.0, 0.0)[None, :] * tau,
                                  in_w[:, None] * out_w[None, :])
-    if mva is not None:
-        e2e_shift = (e2e_shift[:, None] + mva[3][None, :]).ravel()
-        e2e_w = (e2e_w[:, None] * mva[4][None, :]).ravel()
-    e2e_q = Q.quantiles_of_shifted_wait(e2e_shift, e2e_w, p_wait=law_p, mean_wait_s=law_wq, quantiles=QUANTILES)
+    e2e_p, e2e_wq = law_p, law_wq
+    if mva is not None or (locked is not None and phi > 0.0):
+        base_shift, base_w = e2e_shift, e2e_w
+        if mva is not None:
+            e2e_shift = (e2e_shift[:, None] + mva[3][None, :]).ravel()
+            e2e_w = (e2e_w[:, None] * mva[4][None, :]).ravel()
+        if locked is not None and phi > 0.0:
+            # the same two regimes as the TTFT law: random phases (queued), the locked schedule (not)
+            queued = np.atleast_1d(law_p)[0], np.atleast_1d(law_wq)[0]
+            e2e_p = np.concatenate([np.full(e2e_shift.size, queued[0]), np.zeros(base_shift.size)])
+            e2e_wq = np.concatenate([np.full(e2e_shift.size, queued[1]), np.zeros(base_shift.size)])
+            e2e_shift = np.concatenate([e2e_shift, base_shift + locked])
+            e2e_w = np.concatenate([(1.0 - phi) * e2e_w, phi * base_w])
+    e2e_q = Q.quantiles_of_shifted_wait(e2e_shift, e2e_w, p_wait=e2e_p, mean_wait_s=e2e_wq, quantiles=QUANTILES)
     e2e_mean = ttft_mean + slot + model.mean_decode_steps * tau
     gpus = dep.prefill.parallelism.num_gpus * dep.prefill.workers + dep.decode.parallelism.num_gpus * dep.decode.workers
     out_tps = lam * w.output_tokens.mean

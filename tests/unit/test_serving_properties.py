@@ -125,3 +125,51 @@ def test_kv_transfer_over_the_nic_is_slower_than_over_nvlink() -> None:
     assert nic.kv_transfer["transfer_s_mean"] > nv.kv_transfer["transfer_s_mean"]
     assert dataclasses.asdict(nic.ttft_breakdown_s)["kv_transfer"] >= dataclasses.asdict(nv.ttft_breakdown_s)[
         "kv_transfer"]
+
+
+def _disagg_closed_loop(clients: int, coherence: float, *, lognormal: bool = False,
+                        prompt_tokens: int = 2000, output_tokens: int = 512) -> ServingProblem:
+    gpu = find_gpu(CATALOG, "h100-sxm")
+    inp = lognormal_lengths(median=prompt_tokens, p90=3 * prompt_tokens) if lognormal else fixed_length(prompt_tokens)
+    wl = Workload(input_tokens=inp, output_tokens=fixed_length(output_tokens),
+                  arrival=Arrival(kind="closed_loop", concurrency=clients))
+    engine = dataclasses.replace(find_engine("vllm"), closed_loop_coherence=coherence)
+    dep = DisaggregatedDeployment(prefill=PoolSpec(gpu=gpu, workers=1, max_batch_size=1),
+                                  decode=PoolSpec(gpu=gpu, workers=2))
+    return ServingProblem(model=LLAMA_8B, engine=engine, weight_dtype="bf16", kv_dtype="bf16", deployment=dep,
+                          workload=wl)
+
+
+def test_a_locked_fixed_length_disaggregated_loop_spaces_itself() -> None:
+    """Fixed lengths, every client locked (coherence 1), the prefill pool keeping up: no prompt waits, so
+    TTFT is one constant, the front end plus the prefill plus the exposed transfer, at every percentile."""
+    ev = evaluate(_disagg_closed_loop(16, 1.0))
+    b = ev.ttft_breakdown_s
+    assert b.queue == 0.0
+    constant = b.overheads + b.prefill + b.kv_transfer
+    for value in (ev.ttft_s.mean, ev.ttft_s.p50, ev.ttft_s.p90, ev.ttft_s.p99):
+        assert value == pytest.approx(constant, rel=1e-6)
+    # random phases (coherence 0) queue behind the others; a share in between mixes the two laws
+    free = evaluate(_disagg_closed_loop(16, 0.0))
+    half = evaluate(_disagg_closed_loop(16, 0.5))
+    assert free.ttft_s.p99 > free.ttft_s.mean > constant
+    assert half.ttft_s.mean == pytest.approx(0.5 * (free.ttft_s.mean + constant), rel=1e-9)
+    assert half.ttft_breakdown_s.queue == pytest.approx(0.5 * free.ttft_breakdown_s.queue, rel=1e-9)
+    assert free.ttft_s.p99 >= half.ttft_s.p99 >= constant
+
+
+def test_a_saturated_locked_loop_waits_its_turn_and_varying_lengths_never_lock() -> None:
+    from planner.serving.disaggregated import DisaggregatedModel
+
+    problem = _disagg_closed_loop(64, 1.0, prompt_tokens=16000, output_tokens=64)
+    model = DisaggregatedModel(problem)
+    service = float(np.dot(model.in_weights, model.prefill_s))
+    # N·S / c − S − Z when the pool is the bottleneck, zero when it keeps up
+    assert model.locked_prefill_wait_s(64.0, 0.5) == pytest.approx(64 * service - service - 0.5)
+    assert model.locked_prefill_wait_s(64.0, 1e3) == 0.0
+    assert model.locked_prefill_wait_s(1.0, 0.0) is None
+    assert DisaggregatedModel(_disagg_closed_loop(64, 1.0, lognormal=True)).locked_prefill_wait_s(64.0, 0.5) is None
+    # with varying lengths the coherence changes nothing
+    a = evaluate(_disagg_closed_loop(16, 0.0, lognormal=True))
+    b = evaluate(_disagg_closed_loop(16, 1.0, lognormal=True))
+    assert a.ttft_s == b.ttft_s
