@@ -405,6 +405,7 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
                  - float(np.dot(in_w, model.prefill_s)))
         locked = model.locked_prefill_wait_s(float(w.arrival.concurrency), max(think, 0.0))
     phi = float(np.clip(problem.engine.closed_loop_coherence, 0.0, 1.0)) if locked is not None else 0.0
+    queued_p, queued_wq = law_p, law_wq  # the random-phase regime's wait (scalars)
     if locked is not None and phi > 0.0:
         ttft_mean = (1.0 - phi) * ttft_mean + phi * (ttft_mean - wq + locked)
         wq = (1.0 - phi) * wq + phi * locked
@@ -435,9 +436,8 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
             e2e_w = (e2e_w[:, None] * mva[4][None, :]).ravel()
         if locked is not None and phi > 0.0:
             # the same two regimes as the TTFT law: random phases (queued), the locked schedule (not)
-            queued = np.atleast_1d(law_p)[0], np.atleast_1d(law_wq)[0]
-            e2e_p = np.concatenate([np.full(e2e_shift.size, queued[0]), np.zeros(base_shift.size)])
-            e2e_wq = np.concatenate([np.full(e2e_shift.size, queued[1]), np.zeros(base_shift.size)])
+            e2e_p = np.concatenate([np.full(e2e_shift.size, queued_p), np.zeros(base_shift.size)])
+            e2e_wq = np.concatenate([np.full(e2e_shift.size, queued_wq), np.zeros(base_shift.size)])
             e2e_shift = np.concatenate([e2e_shift, base_shift + locked])
             e2e_w = np.concatenate([(1.0 - phi) * e2e_w, phi * base_w])
     e2e_q = Q.quantiles_of_shifted_wait(e2e_shift, e2e_w, p_wait=e2e_p, mean_wait_s=e2e_wq, quantiles=QUANTILES)
