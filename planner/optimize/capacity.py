@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
-from planner.serving.aggregated import MAX_UTILIZATION, AggregatedModel, SteadyState
+from planner.serving.aggregated import MAX_UTILIZATION, AggregatedModel, SteadyState, take_states
 from planner.serving.evaluate import FLUCTUATION_Z
 from planner.serving.types import Slo
 
@@ -260,16 +260,6 @@ class AggregatedCapacity:
     curve_rate_per_s: FloatArray
     curve_ok: BoolArray
     curve_mean_itl_s: FloatArray
-
-
-def take_states(st: SteadyState, idx: NDArray[np.intp]) -> SteadyState:
-    n = st.batch.shape[0]
-    return SteadyState(
-        **{
-            k: (v[idx] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v)
-            for k, v in st.__dict__.items()
-        }
-    )
 
 
 def curve_batches(model: AggregatedModel) -> FloatArray:

@@ -146,8 +146,8 @@ def _stable_branch(st: SteadyState) -> NDArray[np.bool_]:
     return ok & (lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf)))
 
 
-def _take(st: SteadyState, idx: NDArray[np.intp]) -> SteadyState:
-    """The states of rows ``idx``."""
+def take_states(st: SteadyState, idx: NDArray[np.intp] | NDArray[np.bool_]) -> SteadyState:
+    """The states of rows ``idx`` (indices or a mask)."""
     n = st.batch.shape[0]
     return SteadyState(**{k: (v[idx] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v)
                           for k, v in st.__dict__.items()})
@@ -325,19 +325,18 @@ class AggregatedModel:
             if k < 0:
                 hi = float(pts[0])
                 continue
-            found.append(_take(sub, np.array([k])))
+            found.append(take_states(sub, np.array([k])))
             lo, hi = float(pts[k]), (float(pts[k + 1]) if k + 1 < pts.size else hi)
         if not found:
             return st
         merged = _concat_states([st, *found])
-        return _take(merged, np.unique(merged.batch, return_index=True)[1])
+        return take_states(merged, np.unique(merged.batch, return_index=True)[1])
 
     def _curve_state(self, wait_scale: float) -> SteadyState:
         """The steady states along the stable branch of the curve (Poisson-like arrivals)."""
         self._curve(wait_scale)
         _, _, ok, st = self.__dict__["_curve_cache"][wait_scale]
-        return SteadyState(**{k: (v[ok] if isinstance(v, np.ndarray) and v.shape[:1] == ok.shape else v)
-                              for k, v in st.__dict__.items()})
+        return take_states(st, ok)
 
     def _at_batch(self, b: FloatArray, arrival_scv: float, wait_scale: float,
                   rate_per_s: FloatArray | None = None, budget: NDArray[np.intp] | int = 0) -> SteadyState:
