@@ -157,7 +157,8 @@ class AggregatedLatency:
         sorted kinds (one sort and one search instead of the full kind × shift product)."""
         n, k = self.base_s.shape
         first = np.arange(n)[:, None]  # row r's first element in the flattened (n, k) arrays is r·k
-        order = np.argsort(self.base_s, axis=1) + first * k  # flat indices, sorted within each row
+        # flat indices, sorted within each row (a stable sort: the rows come nearly sorted, where it is fastest)
+        order = np.argsort(self.base_s, axis=1, kind="stable") + first * k
         v = self.base_s.ravel()[order]
         cum = np.zeros((n, k + 1))
         np.cumsum(self.base_weights.ravel()[order], axis=1, out=cum[:, 1:])
@@ -271,8 +272,18 @@ def curve_batches(model: AggregatedModel) -> FloatArray:
     return np.concatenate([np.zeros_like(cap), lo * (cap / lo) ** frac], axis=1)
 
 
-def aggregated_capacity(model: AggregatedModel, slo: Slo, arrival_scv: float = 1.0) -> AggregatedCapacity:
-    """SLO capacity of one replica for each of ``model.budgets`` (one vectorized pass per refinement)."""
+def aggregated_capacity(model: AggregatedModel, slo: Slo, arrival_scv: float = 1.0, *,
+                        choose_in: NDArray[np.intp] | None = None, tie_fraction: float = 0.0,
+                        batch_top: float = np.inf) -> AggregatedCapacity:
+    """SLO capacity of one replica for each of ``model.budgets`` (one vectorized pass per refinement).
+
+    ``choose_in``: when only the best row of each group matters (the whole plan keeps one budget per
+    configuration: the first within ``tie_fraction`` of its group's largest capacity at batch limits up to
+    ``batch_top``), a row stops refining once it provably cannot be that one. Along the stable branch λ
+    grows with B, so a row's capacity lies between the rates at its bracket's ends; when even the upper
+    end is below ``(1 − tie_fraction)`` times a lower end the group has reached, the row is neither chosen
+    nor the group's largest, and its rate stays the one at its bracket's lower end (a lower bound). The
+    chosen rows' results are those of the full search; the other rows' are not exact."""
     nk = model.budgets.size
     b_rows = curve_batches(model)
     nb = b_rows.shape[1]
@@ -293,8 +304,15 @@ def aggregated_capacity(model: AggregatedModel, slo: Slo, arrival_scv: float = 1
     # why the first bad point is bad (the first of prefill saturation, TTFT, ITL, in that order)
     nxt = np.minimum(last + 1, nb - 1)
     why = np.where(~ok[rows, nxt], 0, np.where(~ttft_ok[rows, nxt], 1, 2))
+    # for choose_in: the rates at the bracket's ends (the upper one unknown past the branch's end)
+    lam_lo = np.where(last >= 0, lam[rows, np.maximum(last, 0)], 0.0)
+    lam_hi = np.where(ok[rows, nxt], lam[rows, nxt], np.inf)
+    refining = inside.copy()
     for _ in range(REFINE_ROUNDS):
-        sel = np.flatnonzero(inside)
+        if choose_in is not None:
+            refining &= ~_cannot_be_chosen(choose_in, lam_lo, np.where(inside, lam_hi, lam_lo),
+                                           b_lo <= batch_top, tie_fraction)
+        sel = np.flatnonzero(refining)
         if sel.size == 0:
             break
         frac = np.linspace(0.0, 1.0, REFINE_POINTS + 2)[1:-1]
@@ -311,6 +329,12 @@ def aggregated_capacity(model: AggregatedModel, slo: Slo, arrival_scv: float = 1
         pick = bad + np.arange(sel.size) * frac.size
         why_sub = np.where(~s_ok[pick], 0, np.where(~t_ok[pick], 1, 2))
         why[sel] = np.where(n_good < frac.size, why_sub, why[sel])
+        if choose_in is not None:
+            lam_sub = sub.rate_per_s.reshape(sel.size, -1)
+            lam_lo[sel] = np.where(n_good > 0, lam_sub[np.arange(sel.size), np.maximum(n_good - 1, 0)], lam_lo[sel])
+            # the new upper end: the first point past the good run, or the old end when all were good
+            hi_ok = s_ok[pick] & (sub.rate_per_s[pick] >= lam_lo[sel])
+            lam_hi[sel] = np.where(n_good < frac.size, np.where(hi_ok, sub.rate_per_s[pick], np.inf), lam_hi[sel])
         b_hi[sel] = new_lo + width
         b_lo[sel] = new_lo
     final = model.states_at_batch(b_lo, rows, arrival_scv)
@@ -334,6 +358,15 @@ def aggregated_capacity(model: AggregatedModel, slo: Slo, arrival_scv: float = 1
         curve_ok=good,
         curve_mean_itl_s=mean_itl,
     )
+
+
+def _cannot_be_chosen(group: NDArray[np.intp], lam_lo: FloatArray, lam_hi: FloatArray, lo_counts: BoolArray,
+                      tie_fraction: float) -> BoolArray:
+    """Rows whose largest possible rate ``lam_hi`` is below ``1 − tie_fraction`` of a rate their group has
+    surely reached (``lam_lo`` where ``lo_counts``): neither the group's first near-best row nor its best."""
+    reached = np.full(int(group.max()) + 1, 0.0)
+    np.maximum.at(reached, group, np.where(lo_counts, lam_lo, 0.0))
+    return lam_hi < reached[group] * (1.0 - tie_fraction) * (1.0 - 1e-9)
 
 
 def slice_capacity(cap: AggregatedCapacity, rows: NDArray[np.intp]) -> AggregatedCapacity:

@@ -272,7 +272,12 @@ def capacity_options(prepared: list[PreparedAggregated], times: list[list[np.nda
                      arrival_cv: float = 1.0) -> list[AggregatedOption]:
     """:func:`aggregated_option` (capacity search, no percentiles) of many configurations at once: the models
     of each chunking mode are stacked (``stack_models``) so that every refinement of every configuration is
-    one vectorized pass. The configurations must share the workload, engine and batch limits."""
+    one vectorized pass. The configurations must share the workload, engine and batch limits.
+
+    Each option's choice (budget, batch limit, capacity, binding constraint, frontier) is that of the
+    exhaustive search; the budget rows that provably cannot be chosen stop refining early (see
+    ``aggregated_capacity``'s ``choose_in``), so their points carry a rate they surely reach, not their
+    capacity: the whole plan reports the chosen budget only."""
     scv = arrival_cv**2
     for prep, t in zip(prepared, times, strict=True):
         if not hasattr(prep.model, "tables"):
@@ -284,8 +289,11 @@ def capacity_options(prepared: list[PreparedAggregated], times: list[list[np.nda
             continue
         stack = stack_models([prepared[i].model for i in idx])
         mbs = prepared[idx[0]].batch_limits
-        cap = C.aggregated_capacity(stack, slo, scv)
+        # each configuration keeps one budget: the rows that cannot be it stop refining early
+        cap = C.aggregated_capacity(stack, slo, scv, choose_in=stack.owner, tie_fraction=TIE_FRACTION,
+                                    batch_top=float(np.max(mbs)))
         by_limit = C.capacity_at_batch_limits(stack, cap, mbs, scv)
+        limits = _batch_limits(mbs, by_limit, np.asarray(cap.state.batch, dtype=np.float64))  # every row at once
         for pos, i in enumerate(idx):
             prep = prepared[i]
             rows = np.flatnonzero(stack.owner == pos)
@@ -297,15 +305,16 @@ def capacity_options(prepared: list[PreparedAggregated], times: list[list[np.nda
             # the states' rows, renumbered from the stack's to the configuration's own
             local = dataclasses.replace(part.state, budget_index=stack.local[part.state.budget_index])
             out[i] = _assemble(prep, slo, dataclasses.replace(part, state=local), by_limit[rows], overhead,
-                               prep.model, scv, None, "none")
+                               prep.model, scv, None, "none", limits=[limits[r] for r in rows])
     return [o for o in out if o is not None]
 
 
 def _assemble(prepared: PreparedAggregated, slo: Slo, cap: C.AggregatedCapacity, by_limit: np.ndarray,
               overhead: np.ndarray, model: AggregatedModel, scv: float,
-              target_rate_per_replica_per_s: float | None, quantiles: str) -> AggregatedOption:
+              target_rate_per_replica_per_s: float | None, quantiles: str,
+              limits: list[int] | None = None) -> AggregatedOption:
     """The option of one configuration from its capacity table (``cap`` and ``by_limit`` rows are its
-    budgets)."""
+    budgets; ``limits``: their batch limits, when the caller has them from a larger table)."""
     problem, budgets, mbs = prepared.problem, prepared.budgets, prepared.batch_limits
     dep = problem.deployment
     assert isinstance(dep, AggregatedDeployment)
@@ -329,7 +338,8 @@ def _assemble(prepared: PreparedAggregated, slo: Slo, cap: C.AggregatedCapacity,
             one = C.take_states(st, np.array([k]))
             tq, iq = C.aggregated_quantiles(model, one, slo)
             ttft_q[k], itl_q[k] = tq[0], iq[0]
-    limits = _batch_limits(mbs, by_limit, np.asarray(st.batch, dtype=np.float64))
+    if limits is None or target_rate_per_replica_per_s is not None:
+        limits = _batch_limits(mbs, by_limit, np.asarray(st.batch, dtype=np.float64))
     points = []
     feasible = np.zeros(budgets.size, dtype=bool)
     binding = []

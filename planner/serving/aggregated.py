@@ -43,8 +43,11 @@ from planner.serving.types import AggregatedDeployment, ServingProblem
 
 FloatArray = NDArray[np.float64]
 
-#: chunk sizes tabulated per batch size, as fractions of the budget left after the decodes
+#: chunk sizes tabulated per batch size, as fractions of the budget left after the decodes: 0, then powers of
+#: two up to 1 (``_Tables.at_segments`` finds a fraction's segment from its binary exponent)
 CHUNK_FRACTIONS = np.array([0.0, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0])
+_LAST_SEGMENT = CHUNK_FRACTIONS.size - 2
+assert np.array_equal(CHUNK_FRACTIONS[1:], 2.0 ** np.arange(-_LAST_SEGMENT, 1.0))
 NUM_BATCH_POINTS = 20
 #: largest prefill-lane utilization treated as stable
 MAX_UTILIZATION = 0.995
@@ -65,6 +68,19 @@ class _Tables:
     prompt_prefill_s: FloatArray  # (nk, ni) prefill-only pass of each prompt point (unchunked)
     #: True when all rows share the first row's grid (one model), which allows a plain binary search
     shared_grid: bool = False
+    #: rows with their own grids (a stack): every row's grid points, sorted and merged (u,), and per row how
+    #: many of its own points are at or below each merged one, after a leading 0 (nk, u + 1)
+    merged_grid: FloatArray | None = None
+    merged_count: NDArray[np.intp] | None = None
+
+    @staticmethod
+    def merged(batch: FloatArray) -> tuple[FloatArray, NDArray[np.intp]]:
+        """``merged_grid`` and ``merged_count`` of the row grids ``batch`` (nk, nb)."""
+        grid = np.unique(batch)
+        count = np.zeros((batch.shape[0], grid.size + 1), dtype=np.intp)
+        for k, row in enumerate(batch):
+            count[k, 1:] = np.searchsorted(row, grid, side="right")
+        return grid, count
 
     def _locate(self, b: FloatArray, k: NDArray[np.intp]) -> tuple[NDArray[np.intp], FloatArray]:
         """Grid cell ``i0`` and position ``a`` in it of each ``b`` in its row's grid (b and k broadcast)."""
@@ -74,7 +90,15 @@ class _Tables:
             i0 = np.minimum(np.maximum(np.searchsorted(grid, b, side="right") - 1, 0), nb - 2)
             g0, g1 = grid[i0], grid[i0 + 1]
         else:
-            i0 = np.minimum(np.maximum(np.sum(b[..., None] >= self.batch[k], axis=-1) - 1, 0), nb - 2)
+            if self.merged_grid is None or self.merged_count is None:
+                count = np.sum(b[..., None] >= self.batch[k], axis=-1)
+            else:
+                # the row's points at or below b are its points at or below the last merged point ≤ b: one
+                # binary search in the merged grid and a table look-up, where comparing b with every point
+                # of its row costs a pass per point (NaN, which no point is below, counts none)
+                j = np.searchsorted(self.merged_grid, b, side="right")
+                count = self.merged_count[k, np.where(np.isnan(b), 0, j)]
+            i0 = np.minimum(np.maximum(count - 1, 0), nb - 2)
             g0, g1 = self.batch[k, i0], self.batch[k, i0 + 1]
         return i0, np.minimum(np.maximum((b - g0) / np.maximum(g1 - g0, 1e-12), 0.0), 1.0)
 
@@ -105,9 +129,14 @@ class _Tables:
         """Iteration time of ``chunk_tokens`` (n, k) prefill tokens on the rows of :meth:`segments`."""
         offset, slope, inv_c = seg
         frac = np.minimum(np.asarray(chunk_tokens) * inv_c, 1.0)  # chunk tokens are never negative
-        # the segment of each fraction: searching the inner breakpoints gives 0 … nf − 2 for frac in [0, 1]
-        j = np.searchsorted(CHUNK_FRACTIONS[1:-1], frac, side="right")
-        j += (np.arange(offset.shape[0]) * offset.shape[1])[:, None]
+        # the segment of each fraction, 0 … nf − 2 (as a right-sided search of the inner breakpoints): the
+        # breakpoints are powers of two, so it is the binary exponent e of frac = m·2^e (m in [1/2, 1)) plus
+        # nf − 2, clipped; at the size of these arrays a search is ~2× slower than the whole rest of this
+        j = np.frexp(frac)[1]
+        j += _LAST_SEGMENT
+        np.clip(j, 0, _LAST_SEGMENT, out=j)
+        j[frac <= 0.0] = 0
+        j += (np.arange(offset.shape[0], dtype=j.dtype) * offset.shape[1])[:, None]
         return offset.ravel()[j] + slope.ravel()[j] * frac
 
     def mixed(self, b: FloatArray, chunk_tokens: FloatArray, budget: NDArray[np.intp] | int = 0) -> FloatArray:
@@ -641,8 +670,12 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
     ws = w[0, order] if w.ndim == 2 else w[order]
     groups = np.minimum((np.cumsum(ws) - 0.5 * ws) * STALL_PROMPT_GROUPS, STALL_PROMPT_GROUPS - 1e-9).astype(int)
     g_mass = np.bincount(groups, weights=ws, minlength=STALL_PROMPT_GROUPS)
-    g_work = np.stack([np.bincount(groups, weights=ws * row[order], minlength=STALL_PROMPT_GROUPS)
-                       for row in t_pre], axis=0) / np.maximum(g_mass, 1e-300)
+    # every row's groups in one bincount over (row, group) bins: each bin adds its row's terms in the same
+    # order as a bincount of that row alone (a matrix product would round differently with the row count)
+    nr = t_pre.shape[0]
+    bins = (np.arange(nr)[:, None] * STALL_PROMPT_GROUPS + groups[None, :]).ravel()
+    g_work = np.bincount(bins, weights=(t_pre[:, order] * ws).ravel(), minlength=nr * STALL_PROMPT_GROUPS
+                         ).reshape(nr, STALL_PROMPT_GROUPS) / np.maximum(g_mass, 1e-300)
     keep = g_mass > 0
     work = np.concatenate([g_work[:, keep], n[:, 1:] * mean_pre, np.maximum(tail_n, 1.0) * mean_pre], axis=1)
     # the law of a stall given that there is one (its weights sum to 1: consumers weigh it by p_stall); with
@@ -703,10 +736,12 @@ def stack_models(models: list[AggregatedModel]) -> AggregatedModel:
         return a if extra == 0 else np.concatenate([a, np.repeat(a[:, -1:], extra, axis=1)], axis=1)
 
     t = [m.tables for m in models]
-    out.tables = _Tables(batch=np.concatenate([pad(x.batch) for x in t]),
-                         budget_left=np.concatenate([pad(x.budget_left) for x in t]),
+    batch = np.concatenate([pad(x.batch) for x in t])
+    grid, count = _Tables.merged(batch)
+    out.tables = _Tables(batch=batch, budget_left=np.concatenate([pad(x.budget_left) for x in t]),
                          mixed_s=np.concatenate([pad(x.mixed_s) for x in t]),
-                         prompt_prefill_s=np.concatenate([x.prompt_prefill_s for x in t]))
+                         prompt_prefill_s=np.concatenate([x.prompt_prefill_s for x in t]),
+                         merged_grid=grid, merged_count=count)
     out.budgets = np.concatenate([m.budgets for m in models])
     out.cap_k = np.concatenate([m.cap_k for m in models])
     out.kv_cap_k = np.concatenate([m.kv_cap_k for m in models])
