@@ -134,10 +134,11 @@ class _Tables:
         # nf − 2, clipped; at the size of these arrays a search is ~2× slower than the whole rest of this
         j = np.frexp(frac)[1]
         j += _LAST_SEGMENT
-        np.clip(j, 0, _LAST_SEGMENT, out=j)
+        np.maximum(j, 0, out=j)
+        np.minimum(j, _LAST_SEGMENT, out=j)
         j[frac <= 0.0] = 0
         j += (np.arange(offset.shape[0], dtype=j.dtype) * offset.shape[1])[:, None]
-        return offset.ravel()[j] + slope.ravel()[j] * frac
+        return np.take(offset, j) + np.take(slope, j) * frac
 
     def mixed(self, b: FloatArray, chunk_tokens: FloatArray, budget: NDArray[np.intp] | int = 0) -> FloatArray:
         """Iteration time with decode batch ``b`` (shape (n, 1)) and ``chunk_tokens`` prefill tokens (n, k),
