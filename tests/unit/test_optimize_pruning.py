@@ -141,3 +141,4 @@ def test_stall_groups_of_all_rows_at_once_are_each_row_alone() -> None:
         alone = _unchunked_stalls(lam[r:r + 1], u[r:r + 1], tau_d[r:r + 1], t_pre[r:r + 1], w, order)
         for a, b in zip(together, alone, strict=True):
             np.testing.assert_array_equal(a[r], b[0])
+

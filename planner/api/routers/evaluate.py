@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, fields
+from dataclasses import fields
 from typing import Any, TypeVar
 
 from fastapi import APIRouter
@@ -12,7 +12,7 @@ from fastapi.responses import Response
 
 from planner.api.catalogs import Catalogs, CatalogsDep
 from planner.api.problems import problem_responses
-from planner.api.responses import model_response
+from planner.api.responses import model_response, plain
 from planner.api.routers.estimate import calibration_of, resolve_dtypes, resolve_engine, resolve_model
 from planner.api.schemas import MAX_SAMPLES, MAX_TOKENS, ParallelismIn, ParallelismOut
 from planner.api.serving_schemas import (
@@ -283,7 +283,7 @@ def _workload_echo(workload: Workload) -> WorkloadOut:
 
 
 def _metrics(evaluation: Evaluation) -> dict[str, Any]:
-    out = asdict(evaluation)
+    out = plain(evaluation)
     out["warnings"] = list(evaluation.warnings)
     return out
 
@@ -320,7 +320,7 @@ def evaluation_response(problem: ServingProblem, evaluation: Evaluation, notes: 
             "kv_dtype": problem.kv_dtype,
             "deployment": deployment_echo(deployment),
             "workload": _workload_echo(problem.workload),
-            "slo": None if slo is None else SloOut.model_validate(asdict(slo)),
+            "slo": None if slo is None else SloOut.model_validate(plain(slo)),
             "mode": "aggregated" if isinstance(deployment, AggregatedDeployment) else "disaggregated",
         }
     )

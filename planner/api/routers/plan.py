@@ -7,7 +7,7 @@ SLO that something meets), not an error.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, fields, is_dataclass
+from dataclasses import fields, is_dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
@@ -26,7 +26,7 @@ from planner.api.plan_schemas import (
     PlanWorkloadIn,
 )
 from planner.api.problems import problem_responses
-from planner.api.responses import model_response
+from planner.api.responses import model_response, plain
 from planner.api.routers.estimate import calibration_of, resolve_dtypes, resolve_engine, resolve_model
 from planner.api.routers.evaluate import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -98,24 +98,24 @@ def _slo(body: Any) -> Slo:
 
 
 def _fields_of(obj: Any, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``asdict(obj)`` without the fields in ``exclude``, which are never converted (``asdict`` would copy
+    """``plain(obj)`` without the fields in ``exclude``, which are never converted (converting would walk
     a configuration's whole evaluation before it is dropped)."""
     out = {}
     for f in fields(obj):
         if f.name not in exclude:
             v = getattr(obj, f.name)
-            out[f.name] = asdict(v) if is_dataclass(v) and not isinstance(v, type) else v
+            out[f.name] = plain(v) if is_dataclass(v) and not isinstance(v, type) else v
     return out
 
 
 def _slo_out(slo: Slo | None) -> dict[str, Any] | None:
-    return None if slo is None else asdict(slo)
+    return None if slo is None else plain(slo)
 
 
 def _metrics(ev: Evaluation | None, notes: list[str]) -> MetricsOut | None:
     if ev is None:
         return None
-    out = asdict(ev)
+    out = plain(ev)
     out["warnings"] = notes + list(ev.warnings)
     return MetricsOut.model_validate(out)
 
@@ -175,7 +175,7 @@ def plan_chunk_budget(body: PlanChunkedRequest, catalogs: CatalogsDep, settings:
             "rate_per_s": result.rate_per_s,
             "binding_constraint": result.binding_constraint,
             "metrics": _metrics(result.evaluation, inherited_efficiency_notes([gpu])),
-            "curve": [asdict(p) for p in result.curve],
+            "curve": [plain(p) for p in result.curve],
             "slo": _slo_out(slo),
             "nearest_feasible_slo": _slo_out(result.nearest_feasible_slo),
             "assumptions": list(result.assumptions),
@@ -257,7 +257,7 @@ def plan_pool_split(body: PlanDisaggregatedRequest, catalogs: CatalogsDep, setti
     def pool(choice: Any) -> dict[str, Any] | None:
         if choice is None:
             return None
-        return asdict(choice) | {"parallelism": parallelism_out(choice.parallelism)}
+        return plain(choice) | {"parallelism": parallelism_out(choice.parallelism)}
 
     gpus = [c.gpu for c in pre + dec]
     return model_response(PlanDisaggregatedResponse.model_validate(
@@ -329,7 +329,7 @@ def plan_deployment(body: PlanRequest, catalogs: CatalogsDep, settings: Settings
             "model": problem.model.id,
             "engine": problem.engine.id,
             "configurations": configs,
-            "pareto_frontier": [asdict(p) for p in result.pareto_frontier],
+            "pareto_frontier": [plain(p) for p in result.pareto_frontier],
             "binding_constraints": list(result.binding_constraints),
             "slo": _slo_out(slo),
             "nearest_feasible_slo": _slo_out(result.nearest_feasible_slo),
