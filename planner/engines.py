@@ -17,6 +17,12 @@ from planner.costs.types import EngineProfile
 from planner.errors import InvalidInput
 
 ENGINE_IDS = ("vllm", "sglang", "trtllm")
+#: whether each engine's default scheduler puts prompt chunks into the decodes' iterations: vLLM's V1 scheduler
+#: fills each step's token budget with the running decodes first and prompt chunks after them; TensorRT-LLM's
+#: in-flight batching mixes context chunks with generation; SGLang runs prefill batches apart unless
+#: ``--enable-mixed-chunk`` is given (its ServerArgs default ``enable_mixed_chunk = False``). Documented
+#: behaviour, not fitted
+MIXES_PREFILL_WITH_DECODE = {"vllm": True, "trtllm": True, "sglang": False}
 CALIBRATION_FILE = Path(__file__).resolve().parent / "calibration" / "engines.json"
 
 
@@ -45,6 +51,7 @@ def load_engine_profiles() -> Mapping[str, EngineProfile]:
             moe_overhead_s=float(entry.get("moe_overhead_s", 0.0)),
             request_overhead_s=float(entry.get("request_overhead_s", 0.0)),
             closed_loop_coherence=float(entry.get("closed_loop_coherence", 0.0)),
+            mixes_prefill_with_decode=MIXES_PREFILL_WITH_DECODE[engine_id],
             fitted_on=str(entry.get("fitted_on", "")),
         )
     return MappingProxyType(profiles)

@@ -54,9 +54,21 @@ class EngineProfile:
     #: share of a fixed-length closed loop's requests that arrive in lock-step groups (see
     #: planner/serving/evaluate.py, "lock-step"); 0 = independent phases, 1 = a deterministic simulation
     closed_loop_coherence: float = 0.0
+    #: the scheduler runs prompt chunks in the same iterations as the running decodes (vLLM's chunked prefill,
+    #: TensorRT-LLM's in-flight batching); False when prefill batches run on their own while the decodes wait
+    #: (SGLang without ``--enable-mixed-chunk``). It decides how a fixed-length closed loop locks: a train of
+    #: groups (decodes run through the prefills) or one cohort (they wait for them)
+    mixes_prefill_with_decode: bool = True
     #: front-end time of one request outside the GPU iterations: HTTP handling, tokenization, scheduling
     #: admission and delivery of the first token (counted once in TTFT) [s]
     request_overhead_s: float = 0.0
+    #: spread of that front-end time [s]; None: not measured. A fixed-length chunked closed loop splits into
+    #: groups one decode iteration apart; a spread of half an iteration or more shuffles their returns back
+    #: into one cohort, below it they keep their spacing as a train (``AggregatedModel._chunked_train``).
+    #: Unmeasured, it is taken as that large: the serving benchmarks fit the cohort (vLLM's in-sample TTFT
+    #: error 27.6 % against 36.3 % with the train, TensorRT-LLM's 21.7 % against 26.0 %); the reference
+    #: simulation's front end is a constant (0)
+    request_overhead_jitter_s: float | None = None
     fitted_on: str = ""
 
 

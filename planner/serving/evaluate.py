@@ -298,6 +298,12 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     if dep.chunked_prefill:
         itl_v = np.concatenate([[st.decode_iteration_s[i]], st.mixed_kind_s[i]])
         itl_w = np.concatenate([[1.0 - p_mixed], p_mixed * st.mixed_kind_weight[i]])
+        train = (model.lockstep_itl(float(st.batch[i]), clients_rep) if lock is not None
+                 and np.all(np.isfinite(lock[1])) else None)
+        if train is not None:
+            # a train's streams see its mixed iterations only as they decode through them
+            itl_v = np.concatenate([itl_v, train[1]])
+            itl_w = np.concatenate([(1.0 - train[0]) * itl_w, train[0] * train[2]])
     else:
         itl_v = np.concatenate([[st.decode_iteration_s[i]], st.mixed_kind_s[i]])
         itl_w = np.concatenate([[1.0 - p_mixed], p_mixed * st.mixed_kind_weight[i] / st.mixed_kind_weight[i].sum()])

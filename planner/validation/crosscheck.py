@@ -124,8 +124,9 @@ class Case:
 
 def crosscheck_engine(engine: EngineProfile, *, request_overhead_s: float | None = None) -> EngineProfile:
     """The engine profile both sides are given: lock-step coherence 1 (the deterministic simulation's
-    value); the front-end time [s] replaced when ``request_overhead_s`` is given."""
-    changes: dict[str, float] = {"closed_loop_coherence": 1.0}
+    value) and a front-end time without spread (the simulation's is a constant); the front-end time [s]
+    replaced when ``request_overhead_s`` is given."""
+    changes: dict[str, float] = {"closed_loop_coherence": 1.0, "request_overhead_jitter_s": 0.0}
     if request_overhead_s is not None:
         changes["request_overhead_s"] = float(request_overhead_s)
     return dataclasses.replace(engine, **changes)
