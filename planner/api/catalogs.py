@@ -58,8 +58,9 @@ class CatalogCache:
             return self._by_dir.setdefault(hardware_dir, Catalogs(hardware_dir))
 
 
-def get_catalogs(request: Request, settings: Annotated[Settings, Depends(app_settings)]) -> Catalogs:
-    """Dependency: this app's catalogs for the configured hardware directory."""
+async def get_catalogs(request: Request, settings: Annotated[Settings, Depends(app_settings)]) -> Catalogs:
+    """Dependency: this app's catalogs for the configured hardware directory (a coroutine: it only looks them up,
+    and FastAPI would run a plain function in its thread pool; the catalogs load in the endpoints' threads)."""
     cache: CatalogCache = request.app.state.catalog_cache
     return cache.get(settings.hardware_dir)
 

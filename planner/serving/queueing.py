@@ -107,6 +107,9 @@ def quantiles_of_shifted_wait(
     q = np.atleast_1d(np.asarray(quantiles, dtype=np.float64))
     if not np.any(waits):
         return weighted_quantiles(s, w, q)
+    if np.all(theta[waits] == theta[waits][0]):
+        # one waiting regime (the other points do not wait): the closed form, exact to rounding
+        return _one_regime_quantiles(s, w, p, float(theta[waits][0]), q)
     top = float(np.max(np.where(waits, theta * (np.log(np.maximum(p, 1e-300)) + 1.0), 0.0)))
     upper = float(s.max()) + float(np.max(theta[waits])) * (
         float(np.max(np.maximum(np.log(1.0 / np.maximum(1e-12, 1.0 - q)), 0.0))) + 1.0) + max(top, 0.0)
@@ -137,6 +140,30 @@ def quantiles_of_shifted_wait(
     return hi
 
 
+def _one_regime_quantiles(s: FloatArray, w: FloatArray, p: FloatArray, theta: float, q: FloatArray) -> FloatArray:
+    """Quantiles of the law of :func:`quantiles_of_shifted_wait` when every waiting point has the same
+    exponential tail ``theta`` (``p`` may differ per point, 0 for those that do not wait). Between two sorted
+    shifts ``F(t) = W_k − G_k·exp(−(t − s_k)/θ)``, ``G_k = Σ_{i≤k} w_i·p_i·exp(−(s_k − s_i)/θ)``: as
+    :func:`shifted_wait_quantiles_rows`, a quantile is a shift or ``s_k + θ·ln(G_k / (W_k − q))``."""
+    order = np.argsort(s, kind="stable")
+    s, w, p = s[order], w[order], p[order]
+    m = s.size
+    mass = np.cumsum(w)
+    decay = np.exp(-np.diff(s) / theta)
+    g = _decayed_mass((w * p)[None, :], decay[None, :])[0]
+    at = mass - g  # F(s_k), just past the jump at s_k
+    before_next = np.concatenate([mass[:-1] - g[:-1] * decay, [1.0]])
+    target = q - 1e-15
+    k = np.minimum(np.sum(before_next[None, :] < target[:, None], axis=1), m - 1)
+    left = mass[k] - q
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inside = s[k] + theta * np.log(g[k] / np.maximum(left, 1e-300))
+    out = np.where((at[k] >= target) | (g[k] <= 0), s[k], np.maximum(inside, s[k]))
+    rank = np.argsort(q)
+    out[rank] = np.maximum.accumulate(out[rank])
+    return out
+
+
 def weighted_quantiles(values: ArrayLike, weights: ArrayLike, quantiles: ArrayLike) -> FloatArray:
     """Quantiles of a discrete distribution (values with probabilities)."""
     v = np.asarray(values, dtype=np.float64).ravel()
@@ -162,6 +189,33 @@ def weighted_quantiles_rows(values: FloatArray, weights: FloatArray, quantiles: 
     # searchsorted per row (side "left"): how many of the row's CDF values lie below the target
     idx = np.sum(cdf[:, None, :] < (q - 1e-12)[:, :, None], axis=2)
     return np.take_along_axis(vs, np.minimum(idx, v.shape[1] - 1), axis=1)
+
+
+#: rows up to which :func:`_decayed_mass` runs its recurrence on Python floats, row by row (each column of a
+#: numpy loop costs a few microseconds of call overhead, each Python step a tenth of one)
+SCALAR_RECURRENCE_ROWS = 8
+
+
+def _decayed_mass(w: FloatArray, decay: FloatArray) -> FloatArray:
+    """``G_k = G_{k−1}·decay_{k−1} + w_k`` along each row (``G_0 = w_0``). The same two roundings per step
+    either way: a multiply, then an add (numpy runs them as two ufuncs, without fusing them), so the result
+    does not depend on the path, and a row's value does not depend on the rows beside it."""
+    n, m = w.shape
+    if n <= SCALAR_RECURRENCE_ROWS:
+        out = []
+        for w_row, d_row in zip(w.tolist(), decay.tolist(), strict=True):
+            acc = w_row[0]
+            row = [acc]
+            for d, x in zip(d_row, w_row[1:], strict=True):
+                acc = acc * d + x
+                row.append(acc)
+            out.append(row)
+        return np.array(out, dtype=np.float64).reshape(n, m)
+    g = np.empty_like(w)
+    g[:, 0] = w[:, 0]
+    for k in range(1, m):
+        g[:, k] = g[:, k - 1] * decay[:, k - 1] + w[:, k]
+    return g
 
 
 def shifted_wait_quantiles_rows(shifts_s: FloatArray, weights: FloatArray, p_wait: FloatArray,
@@ -191,10 +245,7 @@ def shifted_wait_quantiles_rows(shifts_s: FloatArray, weights: FloatArray, p_wai
     w = w / np.sum(w, axis=1, keepdims=True)
     mass = np.cumsum(w, axis=1)
     decay = np.exp(-np.diff(s, axis=1) / theta[:, None])  # (n, m − 1), each ≤ 1
-    g = np.empty_like(s)
-    g[:, 0] = w[:, 0]
-    for k in range(1, m):
-        g[:, k] = g[:, k - 1] * decay[:, k - 1] + w[:, k]
+    g = _decayed_mass(w, decay)
     at = mass - p[:, None] * g  # F(s_k), just past the jump at s_k
     # F just before the next shift (F(∞) = 1 after the last one)
     before_next = np.concatenate([mass[:, :-1] - p[:, None] * g[:, :-1] * decay, np.ones((n, 1))], axis=1)
