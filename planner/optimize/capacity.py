@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
+from planner.serving import queueing as Q
 from planner.serving.aggregated import MAX_UTILIZATION, AggregatedModel, SteadyState, take_states
 from planner.serving.evaluate import FLUCTUATION_Z
 from planner.serving.types import Slo
@@ -66,49 +67,15 @@ def shifted_wait_quantile(
     weights: FloatArray,
     p_wait: FloatArray,
     mean_wait_s: FloatArray,
-    grid_points: int = 32,
-    halvings: int = 12,
 ) -> FloatArray:
-    """The ``q`` quantile of each row's ``W + S`` (see :func:`shifted_wait_cdf`): bracketed on an even grid of
-    ``grid_points`` between the smallest shift and a bound past the quantile, then ``halvings / 4`` rounds of
-    16-point nested grids in the bracket (to 1/(32·4096) of the range); ``inf`` where the wait is unbounded."""
+    """The ``q`` quantile of each row's ``W + S`` (see :func:`shifted_wait_cdf`), exact to rounding
+    (``queueing.shifted_wait_quantiles_rows``, the closed form evaluate reports); ``inf`` where the wait is
+    unbounded."""
     finite = np.isfinite(mean_wait_s)
     m = np.where(finite, mean_wait_s, 0.0)
     p = np.where(finite, p_wait, 0.0)
-    theta = np.where((p > 0) & (m > 0), m / np.maximum(p, 1e-300), 0.0)
-    lo0 = np.min(shifts, axis=1)
-    hi0 = np.max(shifts, axis=1) + theta * (np.log(1.0 / max(1e-12, 1.0 - q)) + 1.0) + 1e-12
-    frac = np.linspace(0.0, 1.0, grid_points + 1)
-    grid = lo0[:, None] + (hi0 - lo0)[:, None] * frac[None, :]  # (n, g)
-    w = np.broadcast_to(weights, shifts.shape)
-    gap = grid[:, :, None] - shifts[:, None, :]
-    tail = np.where(
-        (theta > 0)[:, None, None],
-        p[:, None, None] * np.exp(-np.maximum(gap, 0.0) / np.where(theta > 0, theta, 1.0)[:, None, None]),
-        0.0,
-    )
-    cdf = np.sum(w[:, None, :] * (gap >= 0) * (1.0 - tail), axis=2) / np.sum(w, axis=1)[:, None]
-    idx = np.minimum(np.sum(cdf < q, axis=1), grid_points)
-    rows = np.arange(shifts.shape[0])
-    hi = grid[rows, idx]
-    lo = np.where(idx > 0, grid[rows, np.maximum(idx - 1, 0)], hi)
-    # narrow each bracket on nested grids of 16 points (three rounds: 1/4096 of a cell, as 12 halvings)
-    sub = np.linspace(0.0, 1.0, 17)[1:]
-    r = np.arange(shifts.shape[0])
-    for _ in range(max(1, halvings // 4)):
-        pts = lo[:, None] + (hi - lo)[:, None] * sub[None, :]  # (n, 16)
-        gap = pts[:, :, None] - shifts[:, None, :]
-        tail = np.where(
-            (theta > 0)[:, None, None],
-            p[:, None, None] * np.exp(-np.maximum(gap, 0.0) / np.where(theta > 0, theta, 1.0)[:, None, None]),
-            0.0,
-        )
-        f = np.sum(w[:, None, :] * (gap >= 0) * (1.0 - tail), axis=2) / np.sum(w, axis=1)[:, None]
-        n_below = np.sum(f < q, axis=1)
-        new_hi = pts[r, np.minimum(n_below, sub.size - 1)]
-        lo = np.where(n_below > 0, pts[r, np.maximum(n_below - 1, 0)], lo)
-        hi = np.where(n_below < sub.size, new_hi, hi)
-    return np.where(finite, hi, np.inf)
+    out = Q.shifted_wait_quantiles_rows(shifts, weights, p, m, [q])[:, 0]
+    return np.where(finite, out, np.inf)
 
 
 def discrete_cdf(t: float, values: FloatArray, weights: FloatArray) -> FloatArray:
@@ -189,9 +156,9 @@ def aggregated_latency(model: AggregatedModel, st: SteadyState) -> AggregatedLat
     kinds_s = st.mixed_kind_s
     ni = model.in_values.size
     # ITL kinds: the decode-only iteration, then the mixed kinds (one array each, filled in place)
-    if model.dep.chunked_prefill and kinds_s.shape[1] == 2 * ni and ni > 1:
+    if model.dep.chunked_prefill and kinds_s.shape[1] == 3 * ni and ni > 1:
         # the full-chunk kinds are one iteration time (the chunk does not depend on the prompt): merge them
-        base_v = np.empty((kinds_s.shape[0], ni + 2))
+        base_v = np.empty((kinds_s.shape[0], 2 * ni + 2))
         base_v[:, 1] = kinds_s[:, 0]
         base_v[:, 2:] = kinds_s[:, ni:]
         base_w = np.empty_like(base_v)

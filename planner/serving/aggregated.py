@@ -159,7 +159,8 @@ class SteadyState:
     iteration_rate_per_s: FloatArray
     #: per input point: the prompt's own prefill time (its chunk iterations) [s], shape (nr, ni)
     own_prefill_s: FloatArray
-    #: per mixed-iteration kind: time and share of mixed iterations, shapes (nr, k)
+    #: per mixed-iteration kind: time and share of mixed iterations, shapes (nr, k); chunked, k = 3 · ni: a
+    #: full chunk, the prompt's last chunk alone, and topped up with the next prompt's first tokens
     mixed_kind_s: FloatArray
     mixed_kind_weight: FloatArray
     queue_wait_s: FloatArray
@@ -421,14 +422,18 @@ class AggregatedModel:
         spare = np.minimum(c_left - last, self.mean_prompt_compute)
         base_tokens = full_share * c_left[:, 0] + last @ wv
         spare_tokens = spare @ wv
+        # a prompt's last chunk leaves budget spare: when another prompt waits (probability ≈ u) its first
+        # tokens fill it, else the iteration runs the short chunk alone. Two iteration kinds, each the same in
+        # every pass of the loop below; only their shares move with u
+        t_alone = tb.at_segments(seg, last)
+        t_topped = tb.at_segments(seg, last + spare)
+        alone_mean, topped_mean = t_alone @ wv, t_topped @ wv
         u = np.zeros_like(b)
+        u_top = u
         for _ in range(3):
-            # with another prompt waiting (probability ≈ u) the last chunk's spare budget takes its tokens
             u_top = np.minimum(u, MAX_UTILIZATION)
-            last_topped = last + u_top[:, None] * spare
-            t_last = tb.at_segments(seg, last_topped)
             tokens_per_iter = (base_tokens + u_top * spare_tokens) / iters_per_req
-            tau_m = (full_share * t_full[:, 0] + t_last @ wv) / iters_per_req
+            tau_m = (full_share * t_full[:, 0] + alone_mean + u_top * (topped_mean - alone_mean)) / iters_per_req
             k = self.mean_prompt_compute / tokens_per_iter  # mixed iterations per request
             if rate_per_s is None:
                 if steps > 0:
@@ -443,10 +448,12 @@ class AggregatedModel:
         r_dec = np.maximum(1.0 - u, 0.0) / tau_d
         tau_bar = 1.0 / np.maximum(r_mixed + r_dec, 1e-300)
         stable = (u < MAX_UTILIZATION) & (b <= cap * (1.0 + 1e-9)) & np.isfinite(lam)
-        own = (n_chunks - 1.0) * t_full + t_last
-        # iteration-time distribution of the mixed kinds: full chunks and each prompt's last chunk
-        kinds_s = np.concatenate([t_full, t_last], axis=1)
-        kinds_w = np.concatenate([w * (n_chunks - 1.0), np.broadcast_to(w, n_chunks.shape)], axis=1) / iters_per_req[:, None]
+        topped = u_top[:, None]
+        own = (n_chunks - 1.0) * t_full + t_alone + topped * (t_topped - t_alone)
+        # iteration-time distribution of the mixed kinds: full chunks, then each prompt's last chunk alone and
+        # topped up (three blocks of one column per prompt point)
+        kinds_s = np.concatenate([t_full, t_alone, t_topped], axis=1)
+        kinds_w = np.concatenate([w * (n_chunks - 1.0), w * (1.0 - topped), w * topped], axis=1) / iters_per_req[:, None]
         # queue for the prefill lane: token work at u / (λ E[Lp]) s per token (Kingman)
         u_c = np.clip(u, 0.0, MAX_UTILIZATION)
         service_mean = np.where(lam > 0, u_c / np.where(lam > 0, lam, 1.0), 0.0)
@@ -495,7 +502,8 @@ class AggregatedModel:
         # a new prompt waits for the decode iteration in progress (prefills have priority over decodes)
         residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - u_c) * wait_scale
         p_pre, kinds_s, kinds_w = _unchunked_stalls(np.broadcast_to(lam, b.shape), u_c, tau_d, t_pre, w,
-                                                    self._prompt_order, self.closed_loop)
+                                                    self._prompt_order, self.closed_loop,
+                                                    self.problem.engine.request_overhead_s)
         if self.closed_loop:
             # completions come at the ends of decode iterations and their next requests a front-end time F
             # later, λ / r_dec of them per iteration: a prompt waits for the rest of its decode iteration,
@@ -701,7 +709,16 @@ class AggregatedModel:
         return ttft
 
     def mean_e2e_s(self, st: SteadyState, clients: float | None = None) -> FloatArray:
-        return self.mean_ttft_s(st, clients) + self.mean_decode_steps * st.mean_iteration_s
+        return self.mean_ttft_s(st, clients) + self.mean_decode_steps * self.stream_gap_s(st, clients)
+
+    def stream_gap_s(self, st: SteadyState, clients: float | None = None) -> FloatArray:
+        """A decoding stream's mean gap: the mean iteration, except in a closed loop, where the iterations a
+        prompt makes mixed (or stalls) carry the other N − 1 clients' share of the batch, so a stream sees
+        them (N − 1)/N as often as the decode-only ones (``stream_mixed_share``, as evaluate's ITL law)."""
+        p = np.minimum(st.mixed_iteration_rate_per_s / st.iteration_rate_per_s, 1.0)
+        seen = stream_mixed_share(p, clients if self.closed_loop else None)
+        ratio = np.divide(seen, p, out=np.ones_like(p), where=p > 0)
+        return st.decode_iteration_s + ratio * (st.mean_iteration_s - st.decode_iteration_s)
 
     def saturation_rate_per_s(self, arrival_scv: float = 1.0, wait_scale: float = 1.0) -> float:
         """Largest stable per-replica arrival rate (the top of the λ(B) curve)."""
@@ -731,18 +748,58 @@ class AggregatedModel:
         return lam
 
 
+def stream_mixed_share(p_mixed: FloatArray | float, clients: float | None) -> FloatArray:
+    """The share of a stream's gaps that are mixed (or stalled) iterations, when ``p_mixed`` of the iterations
+    are. In a closed loop of N clients the prompt that makes an iteration mixed belongs to a client that is
+    not decoding, so the iteration carries the other N − 1 clients' share of the batch, (N − 1)/N of the
+    mean (the arrival theorem): per stream it weighs that much less. An open loop's newcomer is one of an
+    unbounded population: no thinning."""
+    p = np.asarray(p_mixed, dtype=np.float64)
+    if clients is None or clients <= 0:
+        return p
+    s = max(clients - 1.0, 0.0) / clients
+    return p * s / np.maximum(p * s + 1.0 - p, 1e-300)
+
+
 #: most prompts that start one stall of an unchunked stream (the Poisson tail beyond is one more kind)
 MAX_STALL_PROMPTS = 12
 #: groups of equal mass the prompt points are merged into as one-prompt stalls
 STALL_PROMPT_GROUPS = 8
+#: false-position rounds for the share of a closed loop's returning prompts that start stalls (the rest return
+#: into them)
+STALL_RETURN_ROUNDS = 8
 #: edges of the probability bins each stall's law is represented by (one point at each bin's middle)
 STALL_BIN_EDGES = np.array([0.0, 0.25, 0.5, 0.75, 0.9, 0.97, 0.995, 1.0])
 _STALL_Z = special.ndtri((STALL_BIN_EDGES[:-1] + STALL_BIN_EDGES[1:]) / 2.0)
 _STALL_MASS = np.diff(STALL_BIN_EDGES)
 
 
+def _stall_starts(a: FloatArray, g_work: FloatArray, g_mass: FloatArray, keep: NDArray[np.bool_],
+                  mean_pre: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(P(stall), the work that starts it (n, k), its law given a stall (n, k)) when a Poisson number of mean
+    ``a`` (n, 1) of prompts arrives during a decode iteration: one prompt (its prefill in the prompt groups
+    ``g_work``, of masses ``g_mass``), 2 … 12 prompts at the mean prefill, and the tail beyond."""
+    n = np.arange(1.0, MAX_STALL_PROMPTS + 1.0)[None, :]
+    safe_a = np.maximum(a, 1e-300)
+    pois = np.where(a > 0, np.exp(n * np.log(safe_a) - a - np.cumsum(np.log(n), axis=1)), 0.0)
+    p_stall = -np.expm1(-a[:, 0])
+    tail = np.maximum(p_stall - np.sum(pois, axis=1), 0.0)[:, None]  # P(N > 12)
+    # E[N | N > 12] = (a − Σ_{n≤12} n·p_n) / P(N > 12)
+    tail_n = np.where(tail > 1e-300, (a - np.sum(n * pois, axis=1, keepdims=True)) / np.maximum(tail, 1e-300),
+                      MAX_STALL_PROMPTS + 1.0)
+    work = np.concatenate([g_work[:, keep], n[:, 1:] * mean_pre, np.maximum(tail_n, 1.0) * mean_pre], axis=1)
+    # the law of a stall given that there is one (its weights sum to 1: consumers weigh it by p_stall); with
+    # no arrivals it is the limit a → 0, one prompt
+    counts = np.concatenate([pois, tail], axis=1)
+    lone = np.zeros_like(counts)
+    lone[:, 0] = 1.0
+    counts = np.where(p_stall[:, None] > 1e-300, counts / np.maximum(p_stall, 1e-300)[:, None], lone)
+    mass = np.concatenate([counts[:, :1] * g_mass[keep], counts[:, 1:]], axis=1)
+    return p_stall, work, mass
+
+
 def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: FloatArray, w: FloatArray,
-                      order: NDArray[np.intp], closed_loop: bool = False
+                      order: NDArray[np.intp], closed_loop: bool = False, front_end_s: float = 0.0
                       ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(probability that a gap is stalled, stalled gaps [s] (n, k), their weights given a stall (n, k), each
     row summing to 1) of an unchunked stream at rates ``lam``: λ·τ_d prompts (Poisson) arrive during its decode iteration.
@@ -756,21 +813,15 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
     prefill), and the Poisson tail beyond (its conditional mean count).
 
     ``closed_loop``: a closed loop's requests are triggered by completions, which come at the ends of decode
-    iterations, and reach the scheduler a front-end time later: they arrive during decode iterations, all
-    λ / r_dec = λ·τ_d / (1 − u) of them per iteration, and none extends a stall (its work is the stall)."""
+    iterations, λ / r_dec = λ·τ_d / (1 − u) of them per iteration, and reach the scheduler ``front_end_s``
+    later. Those that land in a decode iteration start a stall after it; those that land in a stall (the
+    completions of the decode ends a front-end time before it) lengthen it by their prefills, one more
+    prefill-only iteration, and start none. No other arrival extends a stall: nothing completes during it."""
     lam = np.asarray(lam, dtype=np.float64)[:, None]
     one_minus_u = np.maximum(1.0 - np.asarray(u, dtype=np.float64), 1.0 - MAX_UTILIZATION)[:, None]
     a = np.maximum(lam * tau_d[:, None], 0.0)
     if closed_loop:
         a = a / one_minus_u
-    n = np.arange(1.0, MAX_STALL_PROMPTS + 1.0)[None, :]
-    safe_a = np.maximum(a, 1e-300)
-    pois = np.where(a > 0, np.exp(n * np.log(safe_a) - a - np.cumsum(np.log(n), axis=1)), 0.0)
-    p_stall = -np.expm1(-a[:, 0])
-    tail = np.maximum(p_stall - np.sum(pois, axis=1), 0.0)[:, None]  # P(N > 12)
-    # E[N | N > 12] = (a − Σ_{n≤12} n·p_n) / P(N > 12)
-    tail_n = np.where(tail > 1e-300, (a - np.sum(n * pois, axis=1, keepdims=True)) / np.maximum(tail, 1e-300),
-                      MAX_STALL_PROMPTS + 1.0)
     mean_pre = np.sum(w * t_pre, axis=1, keepdims=True)
     second = np.sum(w * t_pre**2, axis=1, keepdims=True)
     # one prompt: the prompt points in groups of equal mass (by prompt length), at their mean prefill
@@ -784,21 +835,53 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
     g_work = np.bincount(bins, weights=(t_pre[:, order] * ws).ravel(), minlength=nr * STALL_PROMPT_GROUPS
                          ).reshape(nr, STALL_PROMPT_GROUPS) / np.maximum(g_mass, 1e-300)
     keep = g_mass > 0
-    work = np.concatenate([g_work[:, keep], n[:, 1:] * mean_pre, np.maximum(tail_n, 1.0) * mean_pre], axis=1)
-    # the law of a stall given that there is one (its weights sum to 1: consumers weigh it by p_stall); with
-    # no arrivals it is the limit a → 0, one prompt
-    counts = np.concatenate([pois, tail], axis=1)
-    lone = np.zeros_like(counts)
-    lone[:, 0] = 1.0
-    counts = np.where(p_stall[:, None] > 1e-300, counts / np.maximum(p_stall, 1e-300)[:, None], lone)
-    mass = np.concatenate([counts[:, :1] * g_mass[keep], counts[:, 1:]], axis=1)
+    if closed_loop:
+        # the streams that finish at a decode iteration's end come back a front-end time F later: those of
+        # the decode ends in the window [t0 − F, t0 + X − F) of a stall of length X that starts at t0 land in
+        # it and extend it by their prefills (one more prefill-only iteration). Before t0 the decode ends are
+        # τ_d apart and none comes during the stall: about min(X, F + τ_d/2) / τ_d of them, a each. Those
+        # returns are not in the decode iterations, so fewer prompts start stalls: of the a returns per
+        # decode end, a_s start one, where a = a_s + P(stall | a_s)·E[returns into it] (solved below, so that
+        # every returning prompt is prefilled once and the balance equations' prefill time holds)
+        per_end = a
+
+        def returns_into(work: FloatArray) -> FloatArray:
+            return per_end * np.minimum(work, front_end_s + tau_d[:, None] / 2.0) / np.maximum(tau_d[:, None], 1e-300)
+
+        def excess(a_s: FloatArray) -> FloatArray:
+            # the prompts per decode end that starters a_s account for, less those there are: increasing in a_s
+            p_s, w_s, m_s = _stall_starts(a_s, g_work, g_mass, keep, mean_pre)
+            return a_s + p_s[:, None] * np.sum(m_s * returns_into(w_s), axis=1, keepdims=True) - per_end
+
+        # its root by false position with the Illinois rule on [0, a], where excess(0) = −a ≤ 0 ≤ excess(a)
+        lo, hi = np.zeros_like(a), a.copy()
+        f_lo, f_hi = -per_end, excess(hi)
+        side = np.zeros(a.shape, dtype=np.int8)
+        x = hi
+        for _ in range(STALL_RETURN_ROUNDS):
+            span = f_hi - f_lo
+            x = np.where(span > 0, (lo * f_hi - hi * f_lo) / np.where(span > 0, span, 1.0), lo)
+            fx = excess(x)
+            up = fx > 0  # the root is in [lo, x]: x replaces hi
+            # an end replaced twice in a row halves the other end's value (Illinois), which keeps it moving
+            f_lo_kept = np.where(up & (side == 1), f_lo / 2.0, f_lo)
+            f_hi_kept = np.where(~up & (side == -1), f_hi / 2.0, f_hi)
+            lo, f_lo = np.where(up, lo, x), np.where(up, f_lo_kept, fx)
+            hi, f_hi = np.where(up, x, hi), np.where(up, fx, f_hi_kept)
+            side = np.where(up, 1, -1).astype(np.int8)
+        a = x
+    p_stall, work, mass = _stall_starts(a, g_work, g_mass, keep, mean_pre)
     # the busy period is the work itself plus what arrives meanwhile: Y = B − x is 0 when nothing arrives
     # during x (probability e^{−λx}) and otherwise has the rest of the mean and second moment
     extra_mean = work * (1.0 / one_minus_u - 1.0)
     extra_second = work * lam * second / one_minus_u**3 + extra_mean**2
     q0 = np.exp(-lam * work)
     if closed_loop:
-        extra_mean, extra_second, q0 = np.zeros_like(work), np.zeros_like(work), np.ones_like(work)
+        # the returns into the stall (above): Poisson of mean m, each adding one prompt's prefill
+        m = returns_into(work)
+        q0 = np.exp(-m)
+        extra_mean = m * mean_pre
+        extra_second = m * second + (m * mean_pre) ** 2
     busy = np.maximum(1.0 - q0, 1e-300)
     c_mean, c_second = extra_mean / busy, extra_second / busy
     ratio = np.divide(c_second, c_mean**2, out=np.ones_like(c_mean), where=c_mean > 1e-150)

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from planner.costs.passes import mixed_step_latency_many
 from planner.errors import InvalidInput, PlannerError
 from planner.serving import queueing as Q
-from planner.serving.aggregated import AggregatedModel
+from planner.serving.aggregated import AggregatedModel, stream_mixed_share
 from planner.serving.batch import (  # noqa: F401 (QUANTILES, TPOT_POINTS, FLUCTUATION_Z: part of this module's API)
     FLUCTUATION_Z,
     QUANTILES,
@@ -295,6 +295,8 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     ttft_q = Q.quantiles_of_shifted_wait(shifts, in_w, p_wait=p_w, mean_wait_s=m_w, quantiles=QUANTILES)
     # ITL: decode-only iterations and mixed (or prefill) ones, as a stream sees them
     p_mixed = float(min(st.mixed_iteration_rate_per_s[i] / st.iteration_rate_per_s[i], 1.0))
+    # weighed by the streams that see them: in a closed loop a mixed iteration carries N − 1 clients' share
+    p_mixed = float(stream_mixed_share(p_mixed, clients_rep))
     if dep.chunked_prefill:
         itl_v = np.concatenate([[st.decode_iteration_s[i]], st.mixed_kind_s[i]])
         itl_w = np.concatenate([[1.0 - p_mixed], p_mixed * st.mixed_kind_weight[i]])

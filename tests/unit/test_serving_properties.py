@@ -240,3 +240,30 @@ def test_a_train_shorter_than_the_front_end_idles_and_a_non_mixing_engine_keeps_
         assert sg.lockstep_itl(60.0, 64.0) is None
     assert not find_engine("sglang").mixes_prefill_with_decode and find_engine("vllm").mixes_prefill_with_decode
     assert find_engine("vllm").request_overhead_jitter_s is None
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "b200", "l40s"])
+def test_the_mixed_iteration_law_has_the_balance_equations_mean(gpu: str) -> None:
+    # the ITL law's mixed kinds (full chunks; each prompt's last chunk alone, or topped up with the next
+    # prompt's first tokens when one waits) average to the mixed iteration time the steady state stands on:
+    # the prefill lane's time share over its iteration rate
+    from planner.serving.aggregated import AggregatedModel
+
+    model = AggregatedModel(_problem(gpu, Arrival(kind="poisson", rate_per_s=1.0), chunked=True))
+    st = model.states_at_batch(np.array([1.0, 8.0, 32.0, 96.0]))
+    ok = st.stable & (st.prefill_utilization < 0.99)
+    assert np.sum(ok) >= 3
+    mean_kind = np.sum(st.mixed_kind_s * st.mixed_kind_weight, axis=1)
+    assert np.allclose(np.sum(st.mixed_kind_weight, axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(mean_kind[ok], (st.prefill_utilization / st.mixed_iteration_rate_per_s)[ok],
+                               rtol=1e-9)
+    # the short chunk alone is a kind of its own: the shortest mixed iteration is the cost model's iteration
+    # of the decodes and the shortest prompt (one chunk), not a mean that counts the next prompt's tokens in
+    from planner.costs.passes import mixed_step_latency_s
+
+    i = int(np.flatnonzero(ok)[-1])
+    alone = mixed_step_latency_s(model.ctx, decode_batch=st.batch[i] + 1.0, decode_context_tokens=model.decode_context,
+                                 prefill_tokens=float(model.prompt_compute.min()))
+    assert st.prefill_utilization[i] > 0.3
+    # (within the tables' interpolation: the chunk is a small fraction of the budget, on its first segment)
+    assert float(np.min(st.mixed_kind_s[i])) == pytest.approx(float(alone), rel=0.06)
