@@ -342,7 +342,15 @@ READINGS = (
     prompt in one pass, and one pass of several prompts costs less than their passes one by one (the cost
     model: 13 % less per extra 1000-token prompt, 55 % per 300-token prompt, where the weights' reads are
     shared). At this load most prefill passes carry more than one prompt, and 1 / (1 − u) magnifies the
-    difference into the gaps. Not modelled: the stall's work is the sum of its prompts' single passes.""",
+    difference into the gaps. Not modelled: the stall's work is the sum of its prompts' single passes.
+    Tried (2026-12-01) and reverted: passes sharing their fixed part (f = 2·t(one) − t(two) per prompt
+    point, the passes of a stall's busy period followed in expectation, a prompt's own pass holding the
+    others' parts). It fixed this case (ITL p90 +26 → +10 %, mean +11 → +2 %) and moved the moderate-load
+    TTFT means from −2 … −6 % to +1 … +4 %, but it raised Qwen3-32B's saturation rate by 3 %, and that one
+    was already past the simulation's: the simulated queue blows up between 7.9 and 8.1 requests/s (TTFT
+    p99 2.1 s, then 6.8 s) where the closed form puts the saturation at 8.7 (8.9 with the sharing), so its
+    ρ = 0.9 point moved into the blow-up (46 groups instead of 47). What ends Qwen3-32B's unchunked
+    capacity before the closed form's balance says it should is the thing to find first.""",
     """- **Chunked closed loop of lognormal lengths, Qwen3-32B at N = 64: TTFT p90 −15.4 %** (mean −9 %,
     p99 −14 %), just outside the 15 %; not examined further.""",
     """- **Disaggregated fixed-length closed loops, what is left.** Llama-3.1-8B, whose decode pool limits

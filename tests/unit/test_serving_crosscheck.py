@@ -44,6 +44,7 @@ CASES = {
     "disagg-fixed-closed-64": ("disaggregated", "fixed", "N=64"),
     "unchunked-poisson-0.3": ("aggregated_unchunked", "lognormal", "ρ=0.30"),
     "unchunked-poisson-0.5": ("aggregated_unchunked", "lognormal", "ρ=0.50"),
+    "unchunked-poisson-0.7": ("aggregated_unchunked", "lognormal", "ρ=0.70"),
     "unchunked-closed-4": ("aggregated_unchunked", "lognormal", "N=4"),
     "unchunked-closed-64": ("aggregated_unchunked", "lognormal", "N=64"),
     "unchunked-fixed-closed-4": ("aggregated_unchunked", "fixed", "N=4"),
