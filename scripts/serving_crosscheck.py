@@ -195,6 +195,9 @@ def case_table(comparisons: Sequence[Comparison]) -> list[str]:
         for k, m in enumerate(METRICS):
             cf, sim = c.closed_form[m], c.simulated[m]
             head = " | |"
+            if k == 1:
+                head = (f" | | var/mean {c.closed_form_batch_dispersion:.3g} / "
+                        f"{c.simulated_batch_dispersion:.3g}")
             if k == 0:
                 head = (f"{c.case.point.label}{'' if c.closed_form_feasible else ' (cf: infeasible)'} | "
                         f"{c.closed_form_requests_per_s:.3g} / {c.simulated_requests_per_s:.3g} | "
@@ -222,7 +225,10 @@ def scenarios_section(comparisons: Sequence[Comparison]) -> list[str]:
         "",
         "cf = closed form, sim = simulation (replications pooled). *err* = cf / sim − 1, **bold** outside "
         "the tolerance. *spread* = (largest − smallest replication) / pooled value of mean / p90 / p99: the "
-        "simulation's own noise. Loads: ρ = offered rate / the closed form's saturation rate; N = clients.",
+        "simulation's own noise. Loads: ρ = offered rate / the closed form's saturation rate; N = clients. "
+        "*var/mean* (under the decode batch): the decode batch's variance over its mean per worker, the closed "
+        "form's law (`batch.batch_dispersion`; a closed loop's binomial 1 − B/N) and the simulation's, "
+        "time-weighted (the mean of the replications).",
     ]
     for members in by_scenario(comparisons):
         s = members[0].case.scenario
@@ -310,23 +316,43 @@ READINGS = (
     36.3 % (leave-one-model-out 38.6 → 46.9 %) and TensorRT-LLM's from 21.7 to 26.0 %. SGLang, whose
     scheduler runs prefill batches apart from the decodes (`enable_mixed_chunk` off by default), keeps a
     cohort in any case (`EngineProfile.mixes_prefill_with_decode`).""",
-    """- **ρ = 0.9, Qwen3-32B aggregated: TTFT mean −18 … −22 %, p99 −55 … −59 %.** The operating point sits
-    near the fold of λ(B), where B = λ·(E[O] − 1)·τ̄(B) feeds itself: a busier prefill lane grows the batch,
-    which lengthens every iteration. Fluctuations then stretch the simulated queue's tail far beyond the
-    exponential tail of Kingman's mean (the replications' p99 spread is ~100 % even at 36000 requests).
-    The simulation also shows a batch-weighted mean ITL 7 % above its iteration-weighted one (mixed
-    iterations carry more decodes); the closed form reports the latter. **What the tail is made of
-    (2026-12-01): KV-cache preemptions.** One run of 12000 requests (seed 0) per rate: unchunked Qwen3-32B
-    preempts 0 requests at 7.1 and 7.5 requests/s, 22 at 7.9 and 298 at 8.3 (TTFT mean 234 then 539 ms,
-    p99 0.9 then 3.7 s); chunked, 0 at 8.0 and 12 at 8.98 (this ρ = 0.9 point; the run's mean TTFT 418 ms
-    against the closed form's 421, where the longer runs of the grid average 513). The mean decode batch
-    there is 102–132, about half the KV-cache batch cap the closed form uses (325 328 tokens over the mean
-    1533 per sequence: 212), and the KV the mean batch holds, estimated from its lengths (a running request
-    holds its prompt and, size-biased, ~220 generated tokens: ~1650), is ~60 % of the cache (not measured in
-    the simulation, which does not report it). My reading, not measured: near the fold the queue admits
-    its backlog in bursts, the batch surges and the heavy-tailed contexts fill the cache; each preemption
-    then recomputes its request's prompt. The closed form has no preemption below its batch cap: a KV-occupancy
-    limit from the batch's fluctuations (not its mean) is what these two cases need.""",
+    """- **ρ = 0.9, Qwen3-32B aggregated: TTFT p99 −48 … −56 %, and the unchunked mean −23 %.** The
+    operating point sits near the fold of λ(B), where B = λ·(E[O] − 1)·τ̄(B) feeds itself: a busier prefill
+    lane grows the batch, which lengthens every iteration. The simulated tail is made of rare congestion
+    episodes in which the decode batch reaches the KV cache's capacity: admissions stop, the queue builds,
+    and the overflowing decodes are preempted and recompute their prompts, which adds prefill work when the
+    iterations are longest. Measured (2026-12-01, `SimulationResult` plus a probe of the scheduler's
+    state), three 36000-request replications of the unchunked point at 7.82 requests/s: KV-blocked 1.11 /
+    0.92 / 0.38 % of the time, 168 / 160 / 65 preemptions, TTFT mean 345 / 263 / 241 ms and p99 4.8 / 1.7 /
+    1.1 s, the longest queue 53 / 24 / 21 prompts with 180 / 171 / 192 sequences decoding; chunked at 8.98
+    requests/s: blocked 0.72 / 0.67 / 0.31 %, 56 / 43 / 14 preemptions, TTFT mean 594 / 499 / 450 ms, p99
+    6.2 / 2.9 / 2.3 s. Each run is decided by a few episodes, and the replications scatter by more than
+    the tolerance. Why the batch gets there: its spread is far wider than the Poisson occupancy the ITL law
+    had (next paragraph). A KV limit from that spread is not the answer on its own: a diffusion estimate of
+    the batch reflected at the cache's capacity (199 sequences of 1631 tokens) puts the blocked share at
+    ~0.3 % and adds ~4 ms to the mean TTFT, an order of magnitude under the replications, since it has no
+    preemption and no recompute feeding back into the prefill lane. Not modelled: that cascade. The
+    KV-cache batch cap itself now counts what a running sequence holds on average, its prompt and,
+    length-biased, half its output (1631 tokens; the simulation's time average is 1641), not E[I] + E[O] / 2
+    (1533): 199 sequences, was 212. That lowered Qwen3-32B's closed-form saturation by ~1 %, and the
+    chunked ρ = 0.9 point moved from 8.98 to 8.90 requests/s, where the simulated mean TTFT is 475 ms
+    (was 513) against the closed form's 406: −15 %, inside the tolerance by a hair, and by the move of the
+    point more than by a better law.""",
+    """- **The decode batch is not Poisson (2026-12-01; 47 → 48 groups with the KV cap above).** The
+    simulated batch's variance over its mean (the *var/mean* cells) is ~1.1 at ρ = 0.1, ~2.2 at 0.5, ~4 at
+    0.7 and ~7 at 0.9 in both aggregated modes and on both workers, where the M/G/∞ occupancy that the ITL
+    law used gives 1 at any load. Two mechanisms, each checked alone with an injected step time (Qwen3-32B
+    chunked, 12000 requests): a decode iteration that lengthens with the batch (10 ms + 0.1 ms per
+    sequence, fixed lengths: 1.30 simulated against 1 / (1 − ε) = 1.26, the negative binomial of a
+    processor-sharing station, insensitive to the lives' distribution), and prefill that stretches the
+    running streams' iterations (20 ms per iteration plus 30 µs per prompt token, fixed 512-token prompts:
+    1.41 against 1 / (1 − u)² = 1.30, the total progeny of the bursts that arrive during a stretch).
+    `batch.batch_dispersion` combines them, (1 + θ·E[K(K − 1)] / E[K]) / (1 − ε), θ the overlap of two
+    decode lives. Over the 20 aggregated Poisson points its median |error| is 8 % (the Poisson law's:
+    50 %); worst +51 % at Llama-3.1-8B unchunked ρ = 0.9, where the closed form's batch is 136 against the
+    simulation's 114, and −24 … −28 % at ρ = 0.7 chunked. Decode pools (1 / (1 − ε) alone): median 8 %,
+    worst −21 %. The ITL quantiles moved by a few percent (chunked ITL p99 at ρ = 0.9: Llama −11 → −8 %,
+    Qwen3-32B −10 → −7 %).""",
     """- **Three changes of the ITL law (2026-12-01, 44 → 47 groups).** (9) *A chunk's spare budget is
     used or not, not a mean of the two.* A prompt's last chunk leaves budget spare, which the next prompt's
     first tokens fill when one waits (probability ≈ u). The law had one kind per prompt point at the mean

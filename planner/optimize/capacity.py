@@ -26,6 +26,7 @@ from scipy import special
 
 from planner.serving import queueing as Q
 from planner.serving.aggregated import MAX_UTILIZATION, AggregatedModel, SteadyState, take_states
+from planner.serving.batch import batch_dispersion
 from planner.serving.evaluate import FLUCTUATION_Z
 from planner.serving.types import Slo
 
@@ -171,11 +172,12 @@ def aggregated_latency(model: AggregatedModel, st: SteadyState) -> AggregatedLat
         np.multiply(p_mixed[:, None], kinds_w, out=base_w[:, 1:])
     base_v[:, 0] = st.decode_iteration_s
     base_w[:, 0] = 1.0 - p_mixed
-    # the decode batch's fluctuation (Poisson occupancy, size-biased), as evaluate.batch_fluctuation
+    # the decode batch's fluctuation (size-biased, its variance from batch_dispersion), as the open-loop rows
     b = st.batch[:, None]
     rows = st.budget_index if st.budget_index.size == st.batch.size else np.zeros(st.batch.size, dtype=np.intp)
     top = np.maximum(model.cap_k[rows], 1.0)[:, None]
-    pts = np.clip(np.round(b + np.sqrt(np.maximum(b, 0.0)) * FLUCTUATION_Z[None, :]), 1.0, top)
+    sd = np.sqrt(np.maximum(st.batch, 0.0) * batch_dispersion(model, st, rows))[:, None]
+    pts = np.clip(np.round(b + sd * FLUCTUATION_Z[None, :]), 1.0, top)
     bw = pts / np.sum(pts, axis=1, keepdims=True)
     shift = model.tables.decode(pts, rows) - st.decode_iteration_s[:, None]
     shift -= np.sum(shift * bw, axis=1, keepdims=True)

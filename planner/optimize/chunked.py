@@ -38,7 +38,10 @@ DEFAULT_TOKEN_BUDGETS = (256, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384)
 #: batch limits searched by default [sequences]
 DEFAULT_MAX_BATCH_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
 #: z of the batch limit's margin over the mean decode batch: the limit is chosen at or above the batch's
-#: 99th percentile (Poisson occupancy, normal approximation), so fewer than 1 % of iterations find it full
+#: 99th percentile (Poisson occupancy, normal approximation), so fewer than 1 % of iterations find it full.
+#: Near saturation the open-loop batch spreads wider (``serving.batch.batch_dispersion``, variance up to ~7×
+#: the mean at ρ = 0.9): this margin is then thinner than it says; the limit is a tie-break among the limits
+#: that keep the budget's capacity, not part of the capacity law
 BATCH_MARGIN_Z = 2.326
 #: most prompt-length points the search costs (``LengthDistribution.coarsened``); a lognormal's 64 points are
 #: costed as evaluate costs them. Coarser is not safe: the chunks per prompt, ⌈Lp / C⌉, jump where a prompt

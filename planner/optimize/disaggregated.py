@@ -161,7 +161,6 @@ def pool_requests(search: DisaggregatedSearch) -> list[PoolRequest]:
     decode_context = w.input_tokens.mean + w.output_tokens.second_moment / (
         2.0 * max(w.output_tokens.mean, 1.0)
     )
-    tokens_per_seq = w.input_tokens.mean + w.output_tokens.mean / 2.0
     out: list[PoolRequest] = []
     roles: tuple[tuple[Literal["prefill", "decode"], tuple[PoolCandidate, ...]], ...] = (
         ("prefill", search.prefill_candidates),
@@ -209,7 +208,7 @@ def pool_requests(search: DisaggregatedSearch) -> list[PoolRequest]:
                 )
                 out.append(PoolRequest(role=role, candidate=cand, ctx=ctx, request=req))
             else:
-                cap = float(min(cand.max_batch_size, plan.kv_capacity_tokens / tokens_per_seq))
+                cap = float(min(cand.max_batch_size, plan.kv_capacity_tokens / max(decode_context, 1.0)))
                 grid = np.unique(np.concatenate([[1.0], np.geomspace(1.0, max(cap, 1.0), NUM_BATCH_POINTS)]))
                 req = dict(decode_batch=grid, decode_context_tokens=decode_context, prefill_tokens=0.0)
                 out.append(

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from planner.optimize.capacity import erlang_c_servers, log_factorial
+from planner.serving.batch import decode_elasticity
 from planner.serving.disaggregated import MAX_UTILIZATION
 from planner.serving.evaluate import FLUCTUATION_Z
 
@@ -152,8 +153,11 @@ def _decode_itl_ok(
 ) -> NDArray[np.bool_]:
     """ITL percentile within target at per-worker batch ``b`` with ``workers`` workers (broadcast)."""
     pool = b * workers
+    # the pool's batch fluctuation, as evaluate's: a processor-sharing station's (batch.batch_dispersion)
+    eps = decode_elasticity(lambda x: np.interp(x + 1.0, v.batch_grid, v.step_s), b)
+    sd = np.sqrt(np.maximum(pool, 0.0) / (1.0 - eps))
     pts = np.clip(
-        np.round(pool[..., None] + np.sqrt(np.maximum(pool, 0.0))[..., None] * FLUCTUATION_Z),
+        np.round(pool[..., None] + sd[..., None] * FLUCTUATION_Z),
         1.0,
         (max(v.batch_cap, 1.0) * workers)[..., None],
     )

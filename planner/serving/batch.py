@@ -7,7 +7,8 @@ evaluate call give the same numbers. The laws are those of ``planner.serving.eva
 
 - TTFT: front-end overhead + residual iteration + the prompt's own prefill, plus a wait with an atom at zero
   and an exponential tail; its quantiles in closed form (``queueing.shifted_wait_quantiles_rows``).
-- ITL: the iteration kinds a stream sees, shifted by the decode batch's Poisson fluctuation (M/G/∞ occupancy).
+- ITL: the iteration kinds a stream sees, shifted by the decode batch's fluctuation (variance from
+  ``batch_dispersion``: bursts of arrivals while prefill stretches the iterations, processor sharing).
 - TPOT: normal over the ``O − 1`` gaps of a request (central limit), mixed over output lengths.
 - E2E: TTFT's law with the decode time of each output length added, re-binned to ``MAX_POINTS / 4`` points.
 """
@@ -15,6 +16,7 @@ evaluate call give the same numbers. The laws are those of ``planner.serving.eva
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +25,7 @@ from scipy import stats
 
 from planner.errors import InvalidInput
 from planner.serving import queueing as Q
-from planner.serving.aggregated import AggregatedModel
+from planner.serving.aggregated import AggregatedModel, SteadyState
 from planner.serving.types import (
     AggregatedDeployment,
     Evaluation,
@@ -42,6 +44,12 @@ TPOT_POINTS = np.array([0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98])
 FLUCTUATION_POINTS = 7
 #: points the E2E law is re-binned to
 E2E_POINTS = 64
+#: the decodes' time share lost to prefill and the decode iteration's elasticity in the batch are capped
+#: below 1 in ``batch_dispersion`` (both laws diverge there, at the stability limit), and the relative step
+#: of the elasticity's central difference
+MAX_DILATION = 0.95
+MAX_ELASTICITY = 0.9
+ELASTICITY_STEP = 0.05
 #: the resources whose busy fraction names the limiting one, in the order ties are broken
 UTILIZATIONS = ("prefill_lane", "decode_batch", "kv_cache")
 LIMITING = ("prefill", "decode", "kv_capacity")
@@ -51,6 +59,56 @@ LIMITING = ("prefill", "decode", "kv_capacity")
 #: scipy's ppf costs more than the rest of the laws)
 TPOT_Z = stats.norm.ppf(TPOT_POINTS)
 FLUCTUATION_Z = stats.norm.ppf((np.arange(FLUCTUATION_POINTS) + 0.5) / FLUCTUATION_POINTS)
+
+
+def decode_life_overlap(model: AggregatedModel) -> float:
+    """θ = E[min(D₁, D₂)] / E[D] over two independent decode lives D = O − 1 [iterations]: 1 for a fixed
+    output length, ½ for exponential ones; the share of a burst's decodes still running together."""
+    cached = model.__dict__.get("_life_overlap")
+    if cached is None:
+        d = np.maximum(model.out_values - 1.0, 0.0)
+        w = model.out_weights
+        mean = float(np.dot(w, d))
+        cached = float(w @ np.minimum(d[:, None], d[None, :]) @ w) / mean if mean > 0 else 1.0
+        model.__dict__["_life_overlap"] = cached
+    return cached
+
+
+def decode_elasticity(decode_s: Callable[[FloatArray], FloatArray], b: FloatArray) -> FloatArray:
+    """ε = d ln τ_d / d ln B of the decode iteration ``decode_s`` at batch ``b`` (a central difference of
+    relative step ``ELASTICITY_STEP``), capped at ``MAX_ELASTICITY``."""
+    b = np.maximum(np.asarray(b, dtype=np.float64), 0.0)
+    t_lo = decode_s(b * (1.0 - ELASTICITY_STEP))
+    t_hi = decode_s(b * (1.0 + ELASTICITY_STEP))
+    ratio = np.log((1.0 + ELASTICITY_STEP) / (1.0 - ELASTICITY_STEP))
+    eps = np.log(np.maximum(t_hi, 1e-300) / np.maximum(t_lo, 1e-300)) / ratio
+    return np.clip(eps, 0.0, MAX_ELASTICITY)
+
+
+def batch_dispersion(model: AggregatedModel, st: SteadyState, rows: NDArray[np.intp] | int = 0) -> FloatArray:
+    """Variance over mean of the open-loop decode batch, per state (1 for the M/G/∞ occupancy).
+
+    Two things widen it beyond Poisson. (i) A stream's decode life is counted in iterations, and each prompt
+    that arrives stretches the iterations of every running stream by its prefill: arrivals during that
+    stretch join the same burst, a branching process with offspring Poisson(λ·P) of mean u (the decodes'
+    time share lost to prefill, 1 − τ_d / τ̄). A burst has E[K(K − 1)] / E[K] = σ² / (1 − u)² + u / (1 − u)
+    with σ² = u + u²·scv(P) the offspring's variance (total progeny of a Galton–Watson tree), and a batch
+    of decode lives fed by bursts has variance/mean 1 + θ·E[K(K − 1)] / E[K], θ = ``decode_life_overlap``
+    (the M^X/G/∞ occupancy). (ii) More decodes make every iteration longer, so each stays longer: a
+    processor-sharing station whose rate grows sub-linearly with the batch, whose occupancy is negative
+    binomial with variance/mean 1 / (1 − ε) and insensitive to the life's distribution (Kelly, "Reversibility
+    and Stochastic Networks", 1979, ch. 3), ε = d ln τ_d / d ln B the decode iteration's elasticity.
+    Checked against the reference simulation's time-weighted batch (``docs/accuracy_crosscheck.md``).
+    """
+    b = np.maximum(st.batch, 0.0)
+    u = np.clip(1.0 - st.decode_iteration_s / np.maximum(st.mean_iteration_s, 1e-300), 0.0, MAX_DILATION)
+    own = st.own_prefill_s
+    w = model.in_weights
+    m1 = own @ w
+    scv = np.maximum((own**2 @ w) / np.maximum(m1, 1e-300) ** 2 - 1.0, 0.0)
+    burst = (u + u * u * scv) / (1.0 - u) ** 2 + u / (1.0 - u)
+    eps = decode_elasticity(lambda x: model.tables.decode(x + 1.0, rows), b)
+    return np.where(b > 0, (1.0 + decode_life_overlap(model) * burst) / (1.0 - eps), 1.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,10 +200,11 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
         kind_w = kind_w / np.sum(kind_w, axis=1, keepdims=True)
     itl_v = np.concatenate([st.decode_iteration_s[:, None], st.mixed_kind_s], axis=1)
     itl_w = np.concatenate([(1.0 - p_mixed)[:, None], p_mixed[:, None] * kind_w], axis=1)
-    # the decode batch fluctuates around its mean (Poisson occupancy, size-biased weights): every iteration
+    # the decode batch fluctuates around its mean (batch_dispersion, size-biased weights): every iteration
     # kind moves by the decode-time change, the steady state's mean iteration time kept
     b = st.batch
-    b_pts = np.clip(np.round(b[:, None] + np.sqrt(np.maximum(b, 0.0))[:, None] * FLUCTUATION_Z[None, :]), 1.0,
+    b_sd = np.sqrt(np.maximum(b, 0.0) * batch_dispersion(model, st))
+    b_pts = np.clip(np.round(b[:, None] + b_sd[:, None] * FLUCTUATION_Z[None, :]), 1.0,
                     max(model.batch_cap, 1.0))
     b_pts = np.where((b > 0)[:, None], b_pts, 0.0)
     b_w = np.where((b > 0)[:, None], b_pts, 1.0)
@@ -187,7 +246,7 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
     rps = lam * reps
     gpus = dep.parallelism.num_gpus * reps
     out_tps = rps * w.output_tokens.mean
-    kv_frac = b * (w.input_tokens.mean + w.output_tokens.mean / 2.0) / max(model.plan.kv_capacity_tokens, 1)
+    kv_frac = b * model.decode_context / max(model.plan.kv_capacity_tokens, 1)
     util = np.stack([np.minimum(st.prefill_utilization, 1.0), b / max(dep.max_batch_size, 1),
                      np.minimum(kv_frac, 1.0)], axis=1)
     breakdown = np.stack([np.maximum(ttft_mean - own_mean - overhead, 0.0), own_mean, np.zeros(n),

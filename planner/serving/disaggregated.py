@@ -130,8 +130,9 @@ class DisaggregatedModel:
                 )
             if name == "decode":
                 self.dec_plan = plan
-        tokens_per_seq = w.input_tokens.mean + w.output_tokens.mean / 2.0
-        self.batch_cap = float(min(dep.decode.max_batch_size, self.dec_plan.kv_capacity_tokens / tokens_per_seq))
+        # KV per running sequence: its prompt and, length-biased, half its output (as the aggregated model's)
+        self.batch_cap = float(min(dep.decode.max_batch_size,
+                                   self.dec_plan.kv_capacity_tokens / max(self.decode_context, 1.0)))
         # prefill pass per prompt point (one prompt per pass; FCFS)
         pre = prefill_latency_s(self.pre_ctx, prompt_tokens=self.in_values, batch_size=1,
                                 cached_tokens=np.round(self.in_values * hit))

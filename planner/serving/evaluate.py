@@ -30,6 +30,7 @@ from planner.serving.batch import (  # noqa: F401 (QUANTILES, TPOT_POINTS, FLUCT
     QUANTILES,
     TPOT_POINTS,
     TPOT_Z,
+    decode_elasticity,
     evaluate_open_loop_rows,
     row_evaluation,
     slo_columns,
@@ -91,12 +92,13 @@ def _tpot_distribution(itl_values: FloatArray, itl_weights: FloatArray, out_valu
     return mean, Q.weighted_quantiles(pts[multi], wts[multi], QUANTILES)
 
 
-def batch_fluctuation(mean_batch: float, cap: float, clients: float | None) -> tuple[FloatArray, FloatArray]:
+def batch_fluctuation(mean_batch: float, cap: float, clients: float | None, dispersion: float = 1.0
+                      ) -> tuple[FloatArray, FloatArray]:
     """Support points and token weights of the running decode batch around its mean.
 
-    Open loop: the number of requests in their decode phase is Poisson (the M/G/∞ occupancy theorem,
-    exact for Poisson arrivals); closed loop of N clients: binomial(N, B̄/N). Truncated at the batch cap.
-    Weights are size-biased (∝ B·pmf): an iteration with more sequences yields more inter-token gaps.
+    Open loop: variance ``dispersion`` × mean (1: Poisson, the M/G/∞ occupancy theorem; the laws that widen
+    it are in ``batch.batch_dispersion``); closed loop of N clients: binomial(N, B̄/N). Truncated at the batch
+    cap. Weights are size-biased (∝ B·pmf): an iteration with more sequences yields more inter-token gaps.
     """
     if mean_batch <= 0:
         return np.array([0.0]), np.array([1.0])
@@ -105,7 +107,7 @@ def batch_fluctuation(mean_batch: float, cap: float, clients: float | None) -> t
         p = min(mean_batch / clients, 1.0)
         sd = np.sqrt(clients * p * (1.0 - p))
     else:
-        sd = np.sqrt(mean_batch)
+        sd = np.sqrt(mean_batch * dispersion)
     pts = np.clip(np.round(mean_batch + sd * FLUCTUATION_Z), 1.0, max(cap, 1.0))
     probs = FLUCTUATION_Z
     w = np.full(len(probs), 1.0 / len(probs)) * pts
@@ -346,7 +348,7 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
         warnings.append(f"only {replicas} of {dep.replicas} replicas receive requests from {w.arrival.concurrency} "
                         "closed-loop clients")
     out_tps = rps * w.output_tokens.mean
-    kv_frac = float(st.batch[i]) * (w.input_tokens.mean + w.output_tokens.mean / 2.0) / max(
+    kv_frac = float(st.batch[i]) * model.decode_context / max(
         model.plan.kv_capacity_tokens, 1)
     util = {
         "prefill_lane": float(min(st.prefill_utilization[i], 1.0)),
@@ -425,8 +427,12 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     ttft_q = Q.quantiles_of_shifted_wait(law_shifts, law_w, p_wait=law_p, mean_wait_s=law_wq,
                                          quantiles=QUANTILES)
     clients = float(w.arrival.concurrency) if w.arrival.kind == "closed_loop" else None
-    b_pts, b_w = batch_fluctuation(float(st.decode_batch[0]) * dep.decode.workers, model.batch_cap
-                                   * dep.decode.workers, clients)
+    # a decode pool's iterations are decode-only: its batch widens only as a processor-sharing station's does
+    per_worker = float(st.decode_batch[0])
+    eps = float(decode_elasticity(lambda x: np.interp(x + 1.0, model.batch_grid, model.decode_table),
+                                  np.array([per_worker]))[0])
+    b_pts, b_w = batch_fluctuation(per_worker * dep.decode.workers, model.batch_cap * dep.decode.workers, clients,
+                                   1.0 / (1.0 - eps))
     itl_v = np.interp(b_pts / dep.decode.workers, model.batch_grid, model.decode_table)
     itl_w = b_w
     tau = float(np.dot(itl_v, itl_w))

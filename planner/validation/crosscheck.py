@@ -36,8 +36,9 @@ from planner.costs.types import CostContext, EngineProfile, Parallelism
 from planner.hardware import GpuSpec, find_gpu
 from planner.models import ModelArchitecture, ModelCatalog
 from planner.serving.aggregated import AggregatedModel
+from planner.serving.batch import batch_dispersion, decode_elasticity
 from planner.serving.disaggregated import DisaggregatedModel
-from planner.serving.evaluate import evaluate
+from planner.serving.evaluate import _tabulated_model, active_replicas, evaluate
 from planner.serving.types import (
     AggregatedDeployment,
     DisaggregatedDeployment,
@@ -328,6 +329,10 @@ class Comparison:
     simulated_requests_per_s: float
     closed_form_decode_batch: float
     simulated_decode_batch: float
+    #: variance over mean of the decode batch: the closed form's law (``closed_form_batch_dispersion``) and
+    #: the simulation's time-weighted one (mean of the replications)
+    closed_form_batch_dispersion: float
+    simulated_batch_dispersion: float
     #: the closed form's verdict on the operating point (False: beyond its saturation)
     closed_form_feasible: bool
     num_preemptions: int
@@ -373,6 +378,33 @@ def run_length(case: Case, base_requests: int) -> int:
     return int(round(base_requests * ((1.0 - LONG_RUN_FROM) / max(1.0 - rho, 1e-3)) ** 2))
 
 
+def closed_form_batch_dispersion(problem: ServingProblem, served_per_s: float) -> float:
+    """Variance over mean of the decode batch per worker that ``evaluate``'s ITL law uses at the served
+    rate: ``batch_dispersion`` for an aggregated open loop, a processor-sharing station's 1 / (1 − ε) for a
+    decode pool (over its workers, as evaluate spreads the pool's batch), and the binomial 1 − B̄ / N of N
+    clients per replica for a closed loop."""
+    dep = problem.deployment
+    arrival = problem.workload.arrival
+    if isinstance(dep, AggregatedDeployment):
+        model = _tabulated_model(problem, None)
+        replicas = active_replicas(problem, dep.replicas)
+        lam = served_per_s / replicas
+        if arrival.kind == "closed_loop":
+            st = model.steady_state(np.array([lam]), 1.0)
+            return float(1.0 - min(float(st.batch[0]) / (float(arrival.concurrency) / replicas), 1.0))
+        st = model.steady_state(np.array([lam]), arrival.arrival_cv**2)
+        return float(batch_dispersion(model, st)[0])
+    assert isinstance(dep, DisaggregatedDeployment)
+    dmodel = DisaggregatedModel(problem)
+    st_d = dmodel.steady_state(np.array([served_per_s]), arrival.arrival_cv**2)
+    b = float(st_d.decode_batch[0])
+    if arrival.kind == "closed_loop":
+        return float(1.0 - min(b * dep.decode.workers / float(arrival.concurrency), 1.0))
+    eps = float(decode_elasticity(lambda x: np.interp(x + 1.0, dmodel.batch_grid, dmodel.decode_table),
+                                  np.array([b]))[0])
+    return 1.0 / (1.0 - eps) / dep.decode.workers
+
+
 def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.1,
             seeds: Sequence[int] = (0, 1), memos: StepTimeMemos | None = None) -> Comparison:
     """Evaluate the case in closed form and simulate it once per seed (``num_requests`` each, the first
@@ -396,6 +428,8 @@ def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.
         simulated_requests_per_s=float(np.mean([r.requests_per_s for r in runs])),
         closed_form_decode_batch=ev.mean_decode_batch,
         simulated_decode_batch=float(np.mean([r.mean_decode_batch for r in runs])),
+        closed_form_batch_dispersion=closed_form_batch_dispersion(problem, ev.requests_per_s),
+        simulated_batch_dispersion=float(np.mean([r.decode_batch_dispersion for r in runs])),
         closed_form_feasible=ev.feasible, num_preemptions=sum(r.num_preemptions for r in runs),
         num_measured=sum(r.ttft_s.size for r in runs),
     )

@@ -122,6 +122,10 @@ class SimulationResult:
     recomputed_tokens: int
     #: length of the measurement window [s]
     window_s: float
+    #: sequences decoding per (decode) worker, averaged over the window's time (idle time counts as none;
+    #: a prefill-only iteration counts the streams it stalls), and their variance over that mean
+    decode_batch_time_mean: float
+    decode_batch_dispersion: float
 
     def stats(self, name: str) -> LatencyStats:
         """Mean, p50, p90 and p99 of ``ttft_s``, ``e2e_s``, ``tpot_s`` or ``itl_s`` [s] (NaNs dropped)."""
@@ -395,6 +399,8 @@ class _Simulation:
         self.rec_iterations: list[int] = []
         self.rec_decode_batch: list[int] = []
         self.rec_prefill_tokens: list[int] = []
+        #: sequences decoding on the worker during the record (for a prefill-only iteration: those it stalls)
+        self.rec_decoding: list[int] = []
         # the memory plan sees the context the longest input and output reach (as the closed form does)
         self.typical_context = max(int(w.input_tokens.max + w.output_tokens.max), 1)
         self.longest_request = int(self.n_in.max() + self.n_out.max()) - 1
@@ -541,13 +547,14 @@ class _Simulation:
                     self._push(self.arrival_times[rid + 1], _NEXT_ARRIVAL, None)
 
     def _record(self, worker: int, start_s: float, duration_s: float, iterations: int, decode_batch: int,
-                prefill_tokens: int) -> None:
+                prefill_tokens: int, decoding: int = 0) -> None:
         self.rec_worker.append(worker)
         self.rec_start_s.append(start_s)
         self.rec_duration_s.append(duration_s)
         self.rec_iterations.append(iterations)
         self.rec_decode_batch.append(decode_batch)
         self.rec_prefill_tokens.append(prefill_tokens)
+        self.rec_decoding.append(decoding)
 
     # ---- a continuous-batching worker --------------------------------------------------------------
 
@@ -697,7 +704,7 @@ class _Simulation:
     def _end(self, w: _Worker, now: float) -> None:
         start, dur, k, batch, chunks = w.run
         w.bulk = False
-        self._record(w.index, start, dur, k, batch, w.tokens)
+        self._record(w.index, start, dur, k, batch, w.tokens, w.num_decoding)
         finished: list[_Request] = []
         if batch:
             w.next_decode += k
@@ -899,12 +906,20 @@ class _Simulation:
         if not self.disaggregated:
             prefill = np.asarray(self.rec_prefill_tokens) > 0
             utilization["prefill_lane"] = float(np.sum(busy_s[prefill]) / (span * len(self.workers)))
+        # the decoding sequences per worker over the window's time (an idle worker decodes none)
+        decode_members = self.pools["decode_pool" if self.disaggregated else "gpu"]
+        on = np.isin(rec_w, decode_members)
+        x = np.asarray(self.rec_decoding, dtype=np.float64)[on]
+        weight = busy_s[on] / (span * len(decode_members))
+        m1 = float(np.sum(weight * x))
+        var = max(float(np.sum(weight * x * x)) - m1 * m1, 0.0)
         return SimulationResult(
             arrival_s=issue, ttft_s=first - issue, e2e_s=finish - issue, tpot_s=tpot, output_tokens=n_out,
             input_tokens=np.array([r.n_in for r in measured], dtype=np.int64),
             kv_transfer_s=np.array([r.transfer_s for r in measured]), itl_s=itl, mean_decode_batch=mean_batch,
             requests_per_s=completions / span, output_tokens_per_s=tokens / span, utilization=utilization,
             num_preemptions=self.num_preemptions, recomputed_tokens=self.recomputed_tokens, window_s=span,
+            decode_batch_time_mean=m1, decode_batch_dispersion=var / m1 if m1 > 0 else float("nan"),
         )
 
 
