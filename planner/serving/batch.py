@@ -50,6 +50,7 @@ E2E_POINTS = 64
 MAX_DILATION = 0.95
 MAX_ELASTICITY = 0.9
 ELASTICITY_STEP = 0.05
+_ELASTICITY_POINTS = np.array([1.0 - ELASTICITY_STEP, 1.0 + ELASTICITY_STEP])
 #: the resources whose busy fraction names the limiting one, in the order ties are broken
 UTILIZATIONS = ("prefill_lane", "decode_batch", "kv_cache")
 LIMITING = ("prefill", "decode", "kv_capacity")
@@ -78,8 +79,8 @@ def decode_elasticity(decode_s: Callable[[FloatArray], FloatArray], b: FloatArra
     """ε = d ln τ_d / d ln B of the decode iteration ``decode_s`` at batch ``b`` (a central difference of
     relative step ``ELASTICITY_STEP``), capped at ``MAX_ELASTICITY``."""
     b = np.maximum(np.asarray(b, dtype=np.float64), 0.0)
-    t_lo = decode_s(b * (1.0 - ELASTICITY_STEP))
-    t_hi = decode_s(b * (1.0 + ELASTICITY_STEP))
+    t = decode_s(b[..., None] * _ELASTICITY_POINTS)  # one look-up of both points
+    t_lo, t_hi = t[..., 0], t[..., 1]
     ratio = np.log((1.0 + ELASTICITY_STEP) / (1.0 - ELASTICITY_STEP))
     eps = np.log(np.maximum(t_hi, 1e-300) / np.maximum(t_lo, 1e-300)) / ratio
     return np.clip(eps, 0.0, MAX_ELASTICITY)

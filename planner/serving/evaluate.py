@@ -7,7 +7,11 @@ Percentiles:
   ``queueing.quantiles_of_shifted_wait``), the rest is a discrete distribution over prompt lengths; the
   quantiles of the sum are exact for that model.
 - ITL: the distribution of iteration times a decoding stream sees (decode-only iterations and mixed
-  iterations carrying prefill chunks, or prefill iterations it waits through when chunking is off).
+  iterations carrying prefill chunks, or prefill iterations it waits through when chunking is off), each
+  shifted by the decode batch's fluctuation around its mean: an open loop's batch has the variance of
+  ``batch.batch_dispersion`` (arrival bursts while prefill stretches the iterations, a Galton–Watson total
+  progeny; a processor-sharing station's negative binomial, Kelly 1979), a decode pool's the latter alone,
+  a closed loop's is binomial over its clients.
 - TPOT (per request, the mean of its ``O − 1`` gaps): normal with the ITL mean and variance / (O − 1)
   (central limit over the gaps), mixed over output lengths.
 - E2E = TTFT + (O − 1) · TPOT, over prompt × output lengths.
