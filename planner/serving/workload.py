@@ -19,6 +19,9 @@ from planner.errors import InvalidInput
 #: points used to represent a continuous distribution (equal-probability bins, value at the bin's
 #: median quantile); 64 keeps quantiles of sums within ~1 % of the continuous law's
 NUM_QUANTILE_POINTS = 64
+#: their standard-normal quantiles, the midpoints of equal-mass bins (computed once: scipy's ppf costs
+#: ~0.1 ms a call, a tenth of an evaluate call with lognormal lengths)
+_QUANTILE_Z = stats.norm.ppf((np.arange(NUM_QUANTILE_POINTS) + 0.5) / NUM_QUANTILE_POINTS)
 #: z-score of the 90th percentile of a standard normal
 Z90 = float(stats.norm.ppf(0.9))
 #: most points an empirical distribution (samples, a histogram) keeps. The serving formulas take every
@@ -148,8 +151,7 @@ def lognormal_lengths(
             )
         sigma = Z90 - float(np.sqrt(disc))
         mu = float(np.log(mean) - sigma**2 / 2.0)
-    q = (np.arange(NUM_QUANTILE_POINTS) + 0.5) / NUM_QUANTILE_POINTS
-    values = np.exp(mu + sigma * stats.norm.ppf(q))
+    values = np.exp(mu + sigma * _QUANTILE_Z)
     values = np.maximum(np.round(values), 1.0)
     if max_tokens is not None:
         values = np.minimum(values, max_tokens)
