@@ -25,6 +25,7 @@ from planner.costs.passes import decode_latency_s, prefill_latency_s
 from planner.costs.types import CostContext
 from planner.errors import ModelDoesNotFit
 from planner.serving import queueing as Q
+from planner.serving.batch import decode_elasticity
 from planner.serving.types import DisaggregatedDeployment, PoolSpec, ServingProblem
 from planner.units import DTYPE_BYTES
 
@@ -195,6 +196,12 @@ class DisaggregatedModel:
             link_utilization=link_util, decode_batch=b, decode_iteration_s=tau, decode_slot_wait_s=slot_wait,
             stable=stable,
         )
+
+    def decode_batch_dispersion(self, batch: float) -> float:
+        """Variance over mean of an open loop's decode batch at ``batch`` per worker, over the whole pool:
+        decode-only iterations, so a processor-sharing station's 1 / (1 − ε) (``batch.batch_dispersion``)."""
+        eps = decode_elasticity(lambda x: np.interp(x + 1.0, self.batch_grid, self.decode_table), np.array([batch]))
+        return 1.0 / (1.0 - float(eps[0]))
 
     def mean_e2e_s(self, st: DisaggState) -> FloatArray:
         w = self.in_weights

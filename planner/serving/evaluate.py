@@ -34,7 +34,6 @@ from planner.serving.batch import (  # noqa: F401 (QUANTILES, TPOT_POINTS, FLUCT
     QUANTILES,
     TPOT_POINTS,
     TPOT_Z,
-    decode_elasticity,
     evaluate_open_loop_rows,
     row_evaluation,
     slo_columns,
@@ -433,10 +432,8 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     clients = float(w.arrival.concurrency) if w.arrival.kind == "closed_loop" else None
     # a decode pool's iterations are decode-only: its batch widens only as a processor-sharing station's does
     per_worker = float(st.decode_batch[0])
-    eps = float(decode_elasticity(lambda x: np.interp(x + 1.0, model.batch_grid, model.decode_table),
-                                  np.array([per_worker]))[0])
     b_pts, b_w = batch_fluctuation(per_worker * dep.decode.workers, model.batch_cap * dep.decode.workers, clients,
-                                   1.0 / (1.0 - eps))
+                                   model.decode_batch_dispersion(per_worker))
     itl_v = np.interp(b_pts / dep.decode.workers, model.batch_grid, model.decode_table)
     itl_w = b_w
     tau = float(np.dot(itl_v, itl_w))

@@ -36,7 +36,7 @@ from planner.costs.types import CostContext, EngineProfile, Parallelism
 from planner.hardware import GpuSpec, find_gpu
 from planner.models import ModelArchitecture, ModelCatalog
 from planner.serving.aggregated import AggregatedModel
-from planner.serving.batch import batch_dispersion, decode_elasticity
+from planner.serving.batch import batch_dispersion
 from planner.serving.disaggregated import DisaggregatedModel
 from planner.serving.evaluate import _tabulated_model, active_replicas, evaluate
 from planner.serving.types import (
@@ -400,9 +400,7 @@ def closed_form_batch_dispersion(problem: ServingProblem, served_per_s: float) -
     b = float(st_d.decode_batch[0])
     if arrival.kind == "closed_loop":
         return float(1.0 - min(b * dep.decode.workers / float(arrival.concurrency), 1.0))
-    eps = float(decode_elasticity(lambda x: np.interp(x + 1.0, dmodel.batch_grid, dmodel.decode_table),
-                                  np.array([b]))[0])
-    return 1.0 / (1.0 - eps) / dep.decode.workers
+    return dmodel.decode_batch_dispersion(b) / dep.decode.workers
 
 
 def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.1,
