@@ -35,6 +35,7 @@ from planner.serving.types import DisaggregatedDeployment  # noqa: E402
 from planner.units import SECONDS_PER_MS  # noqa: E402
 from planner.validation.crosscheck import (  # noqa: E402
     CLOSED_LOOP_CONCURRENCIES,
+    KV_WATERMARK,
     LONG_RUN_FROM,
     METRICS,
     POISSON_LOAD_FRACTIONS,
@@ -61,6 +62,10 @@ ENGINE = "vllm"
 METRIC_LABEL = {"ttft_s": "TTFT", "itl_s": "ITL"}
 #: the sensitivity runs: closed loops of the first worker without the front-end time
 NO_FRONT_END_CONCURRENCIES = (16, 64)
+#: the watermark sensitivity run: the second worker's aggregated lognormal scenarios at these loads, its
+#: simulated admissions filling the KV cache to the last token (vLLM V1's default ``watermark=0.0``)
+WATERMARK_LOADS = (0.7, 0.9)
+NO_WATERMARK = 0.0
 #: largest discrepancies listed
 NUM_WORST = 15
 
@@ -79,7 +84,9 @@ def main_cases() -> list[Case]:
 
 def sensitivity_cases() -> dict[str, list[Case]]:
     """(a) the first worker's closed loops with no front-end time; (b) its disaggregated lognormal
-    scenario with a prefill worker that batches waiting prompts (vLLM's default ``max_num_seqs``)."""
+    scenario with a prefill worker that batches waiting prompts (vLLM's default ``max_num_seqs``); (c) the
+    second worker's aggregated lognormal scenarios at ρ = 0.7 and 0.9, the simulated admissions without
+    the KV watermark of the grid (``simulate(kv_watermark=0)``)."""
     workers = default_workers(load_model_catalog(), load_catalog())[:1]
     engine = crosscheck_engine(find_engine(ENGINE), request_overhead_s=0.0)
     no_front_end = []
@@ -95,7 +102,16 @@ def sensitivity_cases() -> dict[str, list[Case]]:
         batched = dataclasses.replace(dep, prefill=dataclasses.replace(dep.prefill, max_batch_size=256))
         s = dataclasses.replace(scenario, deployment=batched, label=f"{scenario.label} · batched prefill")
         batching += [Case(scenario=s, point=p) for p in poisson_points(s, POISSON_LOAD_FRACTIONS)]
-    return {"no_front_end": no_front_end, "batched_prefill": batching}
+    watermark = []
+    second = default_workers(load_model_catalog(), load_catalog())[1:2]
+    for scenario in default_scenarios(second, find_engine(ENGINE),
+                                      modes=("aggregated_chunked", "aggregated_unchunked")):
+        if scenario.lengths != "lognormal":
+            continue
+        s = dataclasses.replace(scenario, kv_watermark=NO_WATERMARK,
+                                label=f"{scenario.label} · no KV watermark")
+        watermark += [Case(scenario=s, point=p) for p in poisson_points(s, WATERMARK_LOADS)]
+    return {"no_front_end": no_front_end, "batched_prefill": batching, "kv_watermark": watermark}
 
 
 def _run_group(cases: Sequence[Case], num_requests: int, seeds: Sequence[int]
@@ -198,6 +214,9 @@ def case_table(comparisons: Sequence[Comparison]) -> list[str]:
             if k == 1:
                 head = (f" | | var/mean {c.closed_form_batch_dispersion:.3g} / "
                         f"{c.simulated_batch_dispersion:.3g}")
+                if max(c.closed_form_cap_share, c.simulated_cap_share) >= 1e-4:
+                    head += (f"; at cap {100 * c.closed_form_cap_share:.2f} / "
+                             f"{100 * c.simulated_cap_share:.2f} %")
             if k == 0:
                 head = (f"{c.case.point.label}{'' if c.closed_form_feasible else ' (cf: infeasible)'} | "
                         f"{c.closed_form_requests_per_s:.3g} / {c.simulated_requests_per_s:.3g} | "
@@ -302,7 +321,10 @@ READINGS = (
     53–89 %). Left: Qwen3-32B at N = 16, ITL p99 18.8 ms against 37.7: the law's mixed gaps are 1.0 % of
     the total, right at the p99, and it packs the train with the mean batch's budget (its last iteration
     holds 64 tokens), where the simulation's first iterations, with fewer decodes running, take whole
-    prompts and leave its last one a 512-token prompt. **This orbit is a memory of the start**: started
+    prompts and leave its last one a 512-token prompt (measured 2026-12-02, one cycle of the simulated
+    orbit: five mixed iterations of 1536, 2043, 2042, 2038 and 533 prompt tokens with 6, 5, 6, 10 and 14
+    sequences decoding, 80.8, 99.4, 99.3, 99.4 and 37.7 ms; 41 of a cycle's ~4100 gaps, 1.00 %, so the
+    simulated p99 is the 37.7 ms kind by a few gaps). **This orbit is a memory of the start**: started
     with the clients' first requests spread over 10 s instead of at once, the same simulation gives
     Llama-3.1-8B N = 64 a TTFT of 66 / 91 / 101 ms (mean / p90 / p99, against 161 / 173 / 173 from the
     burst) and Qwen3-32B 109 / 159 / 182 ms (against 287 / 303 / 303), near the random-phase law; so does
@@ -316,28 +338,41 @@ READINGS = (
     36.3 % (leave-one-model-out 38.6 → 46.9 %) and TensorRT-LLM's from 21.7 to 26.0 %. SGLang, whose
     scheduler runs prefill batches apart from the decodes (`enable_mixed_chunk` off by default), keeps a
     cohort in any case (`EngineProfile.mixes_prefill_with_decode`).""",
-    """- **ρ = 0.9, Qwen3-32B aggregated: TTFT p99 −48 … −56 %, and the unchunked mean −23 %.** The
-    operating point sits near the fold of λ(B), where B = λ·(E[O] − 1)·τ̄(B) feeds itself: a busier prefill
-    lane grows the batch, which lengthens every iteration. The simulated tail is made of rare congestion
-    episodes in which the decode batch reaches the KV cache's capacity: admissions stop, the queue builds,
-    and the overflowing decodes are preempted and recompute their prompts, which adds prefill work when the
-    iterations are longest. Measured (2026-12-01, `SimulationResult` plus a probe of the scheduler's
-    state), three 36000-request replications of the unchunked point at 7.82 requests/s: KV-blocked 1.11 /
-    0.92 / 0.38 % of the time, 168 / 160 / 65 preemptions, TTFT mean 345 / 263 / 241 ms and p99 4.8 / 1.7 /
-    1.1 s, the longest queue 53 / 24 / 21 prompts with 180 / 171 / 192 sequences decoding; chunked at 8.98
-    requests/s: blocked 0.72 / 0.67 / 0.31 %, 56 / 43 / 14 preemptions, TTFT mean 594 / 499 / 450 ms, p99
-    6.2 / 2.9 / 2.3 s. Each run is decided by a few episodes, and the replications scatter by more than
-    the tolerance. Why the batch gets there: its spread is far wider than the Poisson occupancy the ITL law
-    had (next paragraph). A KV limit from that spread is not the answer on its own: a diffusion estimate of
-    the batch reflected at the cache's capacity (199 sequences of 1631 tokens) puts the blocked share at
-    ~0.3 % and adds ~4 ms to the mean TTFT, an order of magnitude under the replications, since it has no
-    preemption and no recompute feeding back into the prefill lane. Not modelled: that cascade. The
-    KV-cache batch cap itself now counts what a running sequence holds on average, its prompt and,
-    length-biased, half its output (1631 tokens; the simulation's time average is 1641), not E[I] + E[O] / 2
-    (1533): 199 sequences, was 212. That lowered Qwen3-32B's closed-form saturation by ~1 %, and the
-    chunked ρ = 0.9 point moved from 8.98 to 8.90 requests/s, where the simulated mean TTFT is 475 ms
-    (was 513) against the closed form's 406: −15 %, inside the tolerance by a hair, and by the move of the
-    point more than by a better law.""",
+    """- **ρ = 0.9, Qwen3-32B aggregated chunked: TTFT p99 −41 % (1588 against 2705 ms).** The operating
+    point sits near the fold of λ(B), where B = λ·(E[O] − 1)·τ̄(B) feeds itself: a busier prefill lane
+    grows the batch, which lengthens every iteration. The simulated tail is made of rare congestion
+    episodes of the prefill lane, some after the decode batch reached the KV cache's capacity (199
+    sequences of 1631 tokens; admissions stop for 0.3 s at the median, 1.5 s at most), most without one
+    (2026-12-02, one 36000-request replication: 4 % of its requests have a TTFT over 1.5 s, in clusters;
+    seven of the first eight had no KV block in the 30 s before them). The lane's exact M/G/1 wait (Pollaczek–Khinchine, numerically) has the closed
+    form's p99 (1.43 against its exponential's 1.42 s): the simulated congestion outlasts an M/G/1's,
+    and what prolongs it is not found. Each run is
+    decided by a few episodes (TTFT p99 of the replications 5.1 / 2.3 / 2.0 s at 36000 requests with the
+    watermark below; the grid's spread is 115 %). Why the batch gets there: its spread is far wider than the
+    Poisson occupancy the ITL law had (next paragraph). Not modelled: the wait of those episodes.
+    Flagged instead (2026-12-02): the free tail of the batch law, a gamma of the steady state's mean and of
+    `batch_dispersion`'s variance (`batch.batch_cap_share`), puts the batch at the cap 0.41 % of the time
+    here and 0.58 % unchunked; the simulation's share with a prompt kept out for want of KV
+    (`SimulationResult.admission_blocked_share`, the *at cap* cells) is 1.17 % and 0.62 %, and `evaluate`
+    and the what-if rows warn above 0.1 % that the TTFT tail there is not modelled
+    (`tests/unit/test_batch_cap.py`). Llama-3.1-8B at ρ = 0.9, capped by max_batch_size (256): the closed
+    form says 0.11 % (chunked; simulated 0.08 %) and 0.52 % (unchunked; simulated 0.09 %, whose batch is
+    119 against the closed form's 136: see *Unchunked at ρ = 0.9* below), so that warning comes early there.
+    **The KV admission watermark (2026-12-02; 48 → 50 groups).** Until this date the simulated scheduler
+    admitted requests up to a full cache; a request admitted into a nearly full one was preempted as soon
+    as the running ones grew, recomputed its prompt in a prefill pass that stalled every stream, and was
+    admitted and preempted again: three 36000-request replications of the unchunked point had 144 / 55 /
+    24 preemptions, TTFT mean 369 / 236 / 226 ms and p99 6.0 / 1.1 / 0.9 s. vLLM's V0 block manager, whose
+    scheduler the simulation replays, admits only if 1 % of the cache stays free (`watermark=0.01`, "to
+    avoid frequent cache eviction"); with that headroom (`simulate(kv_watermark=0.01)`, now the grid's)
+    the same runs have no preemption, TTFT mean 252 / 230 / 225 ms and p99 1.3 / 0.96 / 0.86 s, and the
+    unchunked point passes (mean −23 → −9 %, p99 −56 → −13 %). The chunked tail barely moves (p99 −48 →
+    −41 %): it is the blocking itself, not the recompute. vLLM V1's KV-cache manager has a watermark
+    option whose default is 0; the sensitivity run *Admissions without a KV watermark* below keeps that
+    case (93 and 223 preemptions over its runs, the unchunked misses back). The KV-cache batch cap itself
+    counts what a running sequence holds on average, its prompt and, length-biased, half its output (1631
+    tokens; the simulation's time average is 1641), not E[I] + E[O] / 2 (1533): 199 sequences, was 212
+    before 2026-12-01, which lowered Qwen3-32B's closed-form saturation by ~1 %.""",
     """- **The decode batch is not Poisson (2026-12-01; 47 → 48 groups with the KV cap above).** The
     simulated batch's variance over its mean (the *var/mean* cells) is ~1.1 at ρ = 0.1, ~2.2 at 0.5, ~4 at
     0.7 and ~7 at 0.9 in both aggregated modes and on both workers, where the M/G/∞ occupancy that the ITL
@@ -386,10 +421,34 @@ READINGS = (
     TTFT means from −2 … −6 % to +1 … +4 %, but it raised Qwen3-32B's saturation rate by 3 %, and that one
     was already past the simulation's: the simulated queue blows up between 7.9 and 8.1 requests/s (TTFT
     p99 2.1 s, then 6.8 s) where the closed form puts the saturation at 8.7 (8.9 with the sharing), so its
-    ρ = 0.9 point moved into the blow-up (46 groups instead of 47). What ends Qwen3-32B's unchunked
-    capacity before the closed form's balance says it should is the thing to find first.""",
-    """- **Chunked closed loop of lognormal lengths, Qwen3-32B at N = 64: TTFT p90 −15.4 %** (mean −9 %,
-    p99 −14 %), just outside the 15 %; not examined further.""",
+    ρ = 0.9 point moved into the blow-up (46 groups instead of 47). What ended Qwen3-32B's unchunked
+    capacity early was the preemption cascade of admissions without KV headroom (the Qwen3-32B paragraph
+    above). With the grid's 1 % watermark the simulation no longer blows up there, but the point the
+    sharing would move to, 7.97 requests/s, still has a tail made of KV-blocking episodes (2026-12-02, three
+    36000-request replications: blocked 2.6 / 2.1 / 1.2 % of the time, TTFT mean 299 / 256 / 242 ms, p99
+    3.3 / 1.3 / 1.0 s, no preemption; 8.2 requests/s: blocked 3.6–6.8 %, p99 2.2–5.7 s), which the closed
+    form does not model: the sharing would still trade this case for Qwen3-32B's unchunked p99.""",
+    """- **Chunked closed loops of lognormal lengths: the residual iteration at the front end's phase
+    (2026-12-02; 50 → 51 groups).** Every chunked closed loop's TTFT p90 and p99 were under the
+    simulation's (−4 … −15 %), Qwen3-32B at N = 64 just outside the tolerance (p90 −15.1 %). A request
+    reaches the scheduler a front-end time F after the iteration end that completed its client's last
+    request, so with a front end that does not spread it lands at a fixed phase of the decode iterations
+    that follow, not a uniform one: Qwen3-32B, F = 24.5 ms against 21.6 ms decode iterations, lands 2.9 ms
+    into the second and waits 18.7 ms for it, where half an iteration is 10.8. `_phase_residual` follows
+    the iterations after the completion, mixed with the lane's share of iterations, and takes the rest of
+    the decode-only one it lands in (landing in a mixed one, it waits behind the lane's work, which the
+    queue counts); the built-in engines, whose front-end spread is not measured
+    (`request_overhead_jitter_s` unset), keep the uniform phase, so the serving benchmarks do not move.
+    Qwen3-32B N = 64: mean −9 → −6 %, p90 −15.1 → −13.5 %, p99 −14 → −13 %; Llama-3.1-8B N = 64: −3 →
+    −5 %, −9 → −10 %, −12 → −13 %. Looked at first (8000 requests, seed 0): the simulated wait, TTFT less
+    the front end and the closed form's own prefill of the prompt, had mean 45 ms and p50 / p90 / p99 of
+    15 / 146 / 442 ms, which an atom at zero and an exponential fit with ~31 % of requests waiting ~130 ms
+    on average; the closed form had the same conditional wait (~134 ms), 23 % of requests waiting (the
+    lane's busy share of iterations) and a mean of 31 ms. It is not short prompts stuck behind long ones:
+    by prompt quartile the wait is 35, 37, 51 and 58 ms. Tried and dropped: the probability of landing in a
+    mixed iteration (0.42 here) as the wait's probability and queue share: Qwen3-32B N = 64 went to +10 /
+    +8 / +13 %, Llama-3.1-8B N = 64 to +16 / +14 / +16 %: the truth sits between that and the iteration
+    share, and a blend would be a fit to the simulation.""",
     """- **Disaggregated fixed-length closed loops, what is left.** Llama-3.1-8B, whose decode pool limits
     before its prefill worker, keeps a few percent of spread in the simulation (N = 16: TTFT p90 48 ms
     against a constant 43 ms, −11 %); why its loop does not settle into one spacing was not examined. With lognormal lengths nothing locks, and the mean-value analysis with the machine-repair law
@@ -433,7 +492,24 @@ def sensitivity_section(results: dict[str, list[Comparison]]) -> list[str]:
         "vLLM does. The loads are the same fractions of the closed form's saturation rate.",
         "",
         *case_table(results["batched_prefill"]),
+        "",
+        "### Admissions without a KV watermark",
+        "",
+        "The second worker's aggregated scenarios at ρ = 0.7 and 0.9, the simulated scheduler admitting "
+        "requests up to a full KV cache (vLLM V1's default, `watermark=0.0`; the grid above keeps "
+        f"{100 * KV_WATERMARK:g} % free, vLLM V0's). Preemption waits for a full cache either way. *at cap*: "
+        "the share of time the batch is at its cap, the "
+        "closed form's gamma tail (`batch.batch_cap_share`) and the simulation's share with a prompt kept "
+        "out for want of KV (`SimulationResult.admission_blocked_share`).",
+        "",
+        "| case | preemptions | at cap cf / sim % |",
+        "|---|---:|---:|",
+        *[f"| {c.case.name} | {c.num_preemptions} | {100 * c.closed_form_cap_share:.2f} / "
+          f"{100 * c.simulated_cap_share:.2f} |" for c in results["kv_watermark"]],
     ]
+    for members in by_scenario(results["kv_watermark"]):
+        s = members[0].case.scenario
+        lines += ["", f"#### {s.label} · {s.mode} · {s.lengths}", "", *case_table(members)]
     return lines
 
 
@@ -488,6 +564,11 @@ def markdown(comparisons: Sequence[Comparison], sensitivity: dict[str, list[Comp
         "- Disaggregated: the simulation is given the closed form's exposed KV-transfer time per prompt "
         "(`DisaggregatedModel.transfer_s`: hand-off, last layer, what the prefill cannot hide) instead of "
         "its default (the whole cache over the NIC), so that the queues are compared, not two link models.",
+        f"- **KV watermark {100 * KV_WATERMARK:g} %**: the simulated scheduler admits a request only if that "
+        "share of the KV cache stays free (vLLM V0's block manager, `watermark=0.01`, whose scheduling and "
+        "recompute preemption it replays); the closed form's KV cap is where admissions stop. Without it "
+        "(vLLM V1's default, a sensitivity run below) a request admitted into a nearly full cache is "
+        "preempted as soon as the running ones grow, and recomputes.",
         f"- Simulation: {len(seeds)} independent replications (seeds {', '.join(map(str, seeds))}) of "
         f"{num_requests} requests each, the first {warmup} of each left out, pooled "
         f"({len(seeds) * (num_requests - warmup)} requests per case); above ρ = {LONG_RUN_FROM:g} the runs "

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -472,6 +473,17 @@ class AggregatedModel:
         # progress is part of the lane's residual work, already in Kingman's wait (P-K counts the residual
         # service). Only other requests' work can be in progress, hence the same thinning as the queue
         residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - u_c) * wait_scale
+        if self.closed_loop:
+            # unless a front end of known, small spread puts it at a fixed phase: a front-end time F after the
+            # iteration end that completed its client's last request (``_phase_residual``)
+            eng = self.problem.engine
+            locked = (np.zeros(b.shape, dtype=bool) if eng.request_overhead_jitter_s is None
+                      else eng.request_overhead_jitter_s < 0.5 * tau_d)
+            if np.any(locked):
+                p_it = np.clip(r_mixed * tau_bar, 0.0, MAX_UTILIZATION)
+                tau_mix = (tau_bar - (1.0 - p_it) * tau_d) / np.maximum(p_it, 1e-12)
+                phased = _phase_residual(p_it, np.where(p_it > 0, tau_mix, tau_d), tau_d, eng.request_overhead_s)
+                residual = np.where(locked & (b > 0), phased * wait_scale, residual)
         return SteadyState(
             rate_per_s=lam, batch=b, mean_iteration_s=tau_bar, decode_iteration_s=tau_d, prefill_utilization=u,
             mixed_iteration_rate_per_s=r_mixed, iteration_rate_per_s=1.0 / tau_bar, own_prefill_s=own,
@@ -748,6 +760,42 @@ class AggregatedModel:
             lam = float(np.clip(lo + (clients - n_lo) * (hi - lo) / (n_hi - n_lo), 0.0, float(st.rate_per_s[-1])))
             lo, hi = lam * 0.999, min(lam * 1.001, float(st.rate_per_s[-1]))
         return lam
+
+
+#: iterations after a completion that ``_phase_residual`` follows at most (a front end of many iterations
+#: is at a random phase by then)
+PHASE_ITERATIONS = 24
+
+
+def _phase_residual(p_mixed: FloatArray, tau_m: FloatArray, tau_d: FloatArray, front_end_s: float) -> FloatArray:
+    """E[the rest of the decode-only iteration in progress; the request lands in one] for a closed loop's
+    request that reaches the scheduler ``front_end_s`` = F after the iteration end that completed its
+    client's last request, the iterations after it mixed independently with probability ``p_mixed`` (the
+    lane's share of iterations) and lasting ``tau_m`` (mixed, on average) or ``tau_d`` (decode-only).
+
+    After i mixed and j decode-only iterations (probability C(i + j, i)·p^i·(1 − p)^j) the next one starts
+    at o = i·τ_m + j·τ_d; when o ≤ F < o + τ_d and it is decode-only, the request waits o + τ_d − F for it
+    to end. Landing in a mixed iteration it waits behind the lane's work instead, which the queue counts.
+    A uniform phase (the default, for a front end whose spread is not known) gives τ_d / 2 for the lane's
+    idle share of the time."""
+    p = np.asarray(p_mixed, dtype=np.float64)
+    tm = np.broadcast_to(np.asarray(tau_m, dtype=np.float64), p.shape)
+    td = np.broadcast_to(np.asarray(tau_d, dtype=np.float64), p.shape)
+    f = float(front_end_s)
+    out = np.zeros(p.shape)
+    for i in range(PHASE_ITERATIONS):
+        reached_any = False
+        for j in range(PHASE_ITERATIONS - i):
+            start = i * tm + j * td
+            reach = start <= f
+            if not np.any(reach):
+                break
+            reached_any = True
+            prob = math.comb(i + j, i) * p**i * (1.0 - p) ** j * (1.0 - p)
+            out += np.where(reach & (start + td > f), prob * (start + td - f), 0.0)
+        if not reached_any:
+            break
+    return out
 
 
 def stream_mixed_share(p_mixed: FloatArray | float, clients: float | None) -> FloatArray:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
+from scipy import special, stats
 
 from planner.errors import InvalidInput
 from planner.serving import queueing as Q
@@ -51,6 +51,8 @@ MAX_DILATION = 0.95
 MAX_ELASTICITY = 0.9
 ELASTICITY_STEP = 0.05
 _ELASTICITY_POINTS = np.array([1.0 - ELASTICITY_STEP, 1.0 + ELASTICITY_STEP])
+#: the share of time at the batch cap above which a row warns (``batch_cap_share``)
+CAP_WARNING_SHARE = 1e-3
 #: the resources whose busy fraction names the limiting one, in the order ties are broken
 UTILIZATIONS = ("prefill_lane", "decode_batch", "kv_cache")
 LIMITING = ("prefill", "decode", "kv_capacity")
@@ -112,6 +114,20 @@ def batch_dispersion(model: AggregatedModel, st: SteadyState, rows: NDArray[np.i
     return np.where(b > 0, (1.0 + decode_life_overlap(model) * burst) / (1.0 - eps), 1.0)
 
 
+def batch_cap_share(batch: FloatArray, dispersion: FloatArray, cap: float) -> FloatArray:
+    """The share of time the decode batch spends at its cap (``max_batch_size`` or the KV cache's sequences):
+    P(B ≥ cap) for a batch of mean ``batch`` and variance ``dispersion · batch``, as a gamma law of those
+    two moments (the continuous form of the negative binomial, whose variance/mean is the dispersion; a
+    Poisson batch, dispersion 1, has the gamma of shape B). A closed form of a reflected process would
+    need the batch's dynamics at the cap; this is its free tail, checked against the reference simulation's
+    share of time with a prompt kept out for want of KV cache or a batch slot
+    (``SimulationResult.admission_blocked_share``; ``tests/unit/test_serving_crosscheck.py``)."""
+    b = np.asarray(batch, dtype=np.float64)
+    d = np.maximum(np.asarray(dispersion, dtype=np.float64), 1e-9)
+    ok = b > 0
+    return np.where(ok, special.gammaincc(np.where(ok, b, 1.0) / d, cap / d), 0.0)
+
+
 @dataclass(frozen=True, kw_only=True)
 class OpenLoopRows:
     """One row per scenario. Latencies are (n, 4) arrays: mean, p50, p90, p99 [s]."""
@@ -138,6 +154,11 @@ class OpenLoopRows:
     goodput_requests_per_s: FloatArray
     #: the ITL at the SLO's percentile [s], NaN without an ITL target (for the row's warning)
     itl_at_slo_s: FloatArray
+    #: the share of time the decode batch is at its cap (``batch_cap_share``; for the row's warning)
+    cap_share: FloatArray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    #: the cap [sequences], and whether the KV cache (not ``max_batch_size``) sets it
+    batch_cap: float = 0.0
+    kv_limited: bool = False
 
 
 def _discrete_rebin(values: FloatArray, weights: FloatArray, k: int) -> tuple[FloatArray, FloatArray]:
@@ -204,7 +225,8 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
     # the decode batch fluctuates around its mean (batch_dispersion, size-biased weights): every iteration
     # kind moves by the decode-time change, the steady state's mean iteration time kept
     b = st.batch
-    b_sd = np.sqrt(np.maximum(b, 0.0) * batch_dispersion(model, st))
+    dispersion = batch_dispersion(model, st)
+    b_sd = np.sqrt(np.maximum(b, 0.0) * dispersion)
     b_pts = np.clip(np.round(b[:, None] + b_sd[:, None] * FLUCTUATION_Z[None, :]), 1.0,
                     max(model.batch_cap, 1.0))
     b_pts = np.where((b > 0)[:, None], b_pts, 0.0)
@@ -280,6 +302,8 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
         utilization=util, mean_decode_batch=b.copy(), num_gpus=gpus, feasible=feasible,
         limiting=np.argmax(util, axis=1), slo_attainment_fraction=frac, goodput_requests_per_s=frac * rps,
         itl_at_slo_s=itl_at,
+        cap_share=np.where(feasible, batch_cap_share(b, dispersion, model.batch_cap), 0.0),
+        batch_cap=model.batch_cap, kv_limited=bool(model.kv_batch_cap < dep.max_batch_size),
     )
 
 
@@ -287,6 +311,17 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
 OVERLOAD_WARNING = ("the offered load exceeds what the deployment serves in steady state: queues grow without "
                     "bound; throughput is what it serves at saturation and latencies are lower bounds, evaluated "
                     "at the stability limit")
+
+
+def cap_warning(share: float, cap: float, kv_limited: bool) -> str:
+    """The warning of a row whose decode batch reaches its cap for a share ``share`` of the time."""
+    what = (f"the KV cache's capacity (~{cap:.0f} sequences of the mean context)" if kv_limited
+            else f"max_batch_size ({cap:.0f})")
+    then = ("new prompts wait for KV space (and where admissions leave no KV headroom, running requests "
+            "are preempted and recompute): not modelled, those episodes make the TTFT tail (the reference "
+            "simulation's p99 is up to twice this one's there)" if kv_limited else
+            "new prompts wait for a batch slot: not modelled, that wait lengthens the TTFT tail")
+    return f"the decode batch is at {what} about {share:.1%} of the time; then {then}"
 
 
 def rows_warnings(rows: OpenLoopRows, prefix: list[str], itl_percentile: FloatArray | None,
@@ -300,9 +335,12 @@ def rows_warnings(rows: OpenLoopRows, prefix: list[str], itl_percentile: FloatAr
     missed = np.zeros(n, dtype=bool) if itl_target_s is None else np.isfinite(at) & (
         at > np.where(np.isfinite(itl_target_s), itl_target_s, np.inf))
     overloaded = (~rows.feasible).tolist()
+    capped = rows.cap_share >= CAP_WARNING_SHARE if rows.cap_share.size == n else np.zeros(n, dtype=bool)
     texts: dict[tuple[float, float], tuple[str, str]] = {}
-    for j in np.flatnonzero(~rows.feasible | missed).tolist():
+    for j in np.flatnonzero(~rows.feasible | missed | capped).tolist():
         extra = [OVERLOAD_WARNING] if overloaded[j] else []
+        if capped[j]:
+            extra.append(cap_warning(float(rows.cap_share[j]), rows.batch_cap, rows.kv_limited))
         if missed[j]:
             assert itl_target_s is not None and itl_percentile is not None
             key = (float(itl_percentile[j]), float(itl_target_s[j]))
@@ -327,7 +365,8 @@ def slo_columns(slo: Slo | None, n: int) -> dict[str, FloatArray]:
 
 def _row(rows: OpenLoopRows, i: int) -> OpenLoopRows:
     """Row ``i`` alone (what the warnings of one evaluation read)."""
-    return dataclasses.replace(rows, feasible=rows.feasible[i:i + 1], itl_at_slo_s=rows.itl_at_slo_s[i:i + 1])
+    return dataclasses.replace(rows, feasible=rows.feasible[i:i + 1], itl_at_slo_s=rows.itl_at_slo_s[i:i + 1],
+                               cap_share=rows.cap_share[i:i + 1])
 
 
 def row_evaluation(rows: OpenLoopRows, i: int, slo: Slo | None) -> Evaluation:

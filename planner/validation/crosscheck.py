@@ -5,7 +5,7 @@ disaggregated serving, for Poisson and closed-loop arrivals, the closed-form mea
 (:func:`planner.serving.evaluate.evaluate`) should stay within 15 % of the discrete-event simulation of the
 same scheduler (:func:`planner.validation.simulator.simulate`), the p99 within 25 %.
 
-Both sides are given the same problem, with three readings that make them describe the same system:
+Both sides are given the same problem, with four readings that make them describe the same system:
 
 - the engine's ``closed_loop_coherence`` is set to 1: it is the share of a fixed-length closed loop's
   requests that stay in lock-step groups, fitted on real benchmarks whose jitter dissolves part of the
@@ -17,7 +17,11 @@ Both sides are given the same problem, with three readings that make them descri
   waited for; ``request_overhead_s`` may be overridden to study that);
 - disaggregated: the simulation is given the closed form's exposed KV-transfer time per prompt
   (``DisaggregatedModel.transfer_s``: hand-off, last layer, what the prefill cannot hide), instead of its
-  default (the whole cache over the NIC), so that the comparison is of the queues, not of two link models.
+  default (the whole cache over the NIC), so that the comparison is of the queues, not of two link models;
+- the simulated admissions leave ``KV_WATERMARK`` (1 %) of the KV cache free, as the vLLM V0 block manager
+  whose scheduler the simulation replays does: the closed form's KV cap is where admissions stop, and
+  without that headroom a request admitted into a full cache is preempted as soon as the running ones
+  grow, and recomputes (``Scenario.kv_watermark``; the report runs vLLM V1's 0 as a sensitivity).
 
 Used by ``scripts/serving_crosscheck.py`` (the report ``docs/accuracy_crosscheck.md``) and
 ``tests/unit/test_serving_crosscheck.py``; never by the API.
@@ -36,7 +40,7 @@ from planner.costs.types import CostContext, EngineProfile, Parallelism
 from planner.hardware import GpuSpec, find_gpu
 from planner.models import ModelArchitecture, ModelCatalog
 from planner.serving.aggregated import AggregatedModel
-from planner.serving.batch import batch_dispersion
+from planner.serving.batch import batch_cap_share, batch_dispersion
 from planner.serving.disaggregated import DisaggregatedModel
 from planner.serving.evaluate import _tabulated_model, active_replicas, evaluate
 from planner.serving.types import (
@@ -65,6 +69,11 @@ CLOSED_LOOP_CONCURRENCIES = (4, 16, 64)
 CHUNKED_TOKEN_BUDGET = 2048
 #: token budget of the unchunked deployments and of the disaggregated pools: holds the longest prompt
 UNCHUNKED_TOKEN_BUDGET = 8192
+#: share of an aggregated worker's KV cache the simulated admissions leave free: vLLM's V0 block manager
+#: (``watermark=0.01``, "to avoid frequent cache eviction"), whose scheduling and recompute preemption the
+#: simulation replays, its prefill-only iterations without chunking included; vLLM V1's KV-cache manager
+#: admits up to a full cache by default (``watermark=0.0``, a sensitivity run of the report)
+KV_WATERMARK = 0.01
 
 
 # --------------------------------------------------------------------------------------------------
@@ -88,6 +97,9 @@ class Scenario:
     deployment: AggregatedDeployment | DisaggregatedDeployment
     input_tokens: LengthDistribution
     output_tokens: LengthDistribution
+    #: the simulation only: share of an aggregated worker's KV cache its admissions leave free
+    #: (``simulate(kv_watermark=...)``)
+    kv_watermark: float = KV_WATERMARK
 
     def problem(self, arrival: Arrival) -> ServingProblem:
         workload = Workload(input_tokens=self.input_tokens, output_tokens=self.output_tokens, arrival=arrival)
@@ -336,6 +348,10 @@ class Comparison:
     #: the closed form's verdict on the operating point (False: beyond its saturation)
     closed_form_feasible: bool
     num_preemptions: int
+    #: share of time the decode batch is at its cap: the closed form's ``batch_cap_share`` (aggregated open
+    #: loops; 0 otherwise) and the simulation's ``admission_blocked_share`` (mean of the replications)
+    closed_form_cap_share: float = 0.0
+    simulated_cap_share: float = 0.0
     #: requests measured in all (warm-up excluded, replications pooled)
     num_measured: int
 
@@ -403,6 +419,19 @@ def closed_form_batch_dispersion(problem: ServingProblem, served_per_s: float) -
     return dmodel.decode_batch_dispersion(b) / dep.decode.workers
 
 
+def closed_form_cap_share(problem: ServingProblem, served_per_s: float) -> float:
+    """The share of time ``evaluate``'s batch law puts an aggregated open loop's decode batch at its cap
+    (``batch.batch_cap_share``, what its warning reports); 0 for closed loops and decode pools."""
+    dep = problem.deployment
+    arrival = problem.workload.arrival
+    if not isinstance(dep, AggregatedDeployment) or arrival.kind == "closed_loop":
+        return 0.0
+    model = _tabulated_model(problem, None)
+    lam = served_per_s / active_replicas(problem, dep.replicas)
+    st = model.steady_state(np.array([lam]), arrival.arrival_cv**2)
+    return float(batch_cap_share(st.batch, batch_dispersion(model, st), model.batch_cap)[0])
+
+
 def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.1,
             seeds: Sequence[int] = (0, 1), memos: StepTimeMemos | None = None) -> Comparison:
     """Evaluate the case in closed form and simulate it once per seed (``num_requests`` each, the first
@@ -416,7 +445,7 @@ def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.
     transfer = exposed_kv_transfer(problem)
     warmup = int(round(warmup_fraction * num_requests))
     runs = [simulate(problem, num_requests=num_requests, warmup_requests=warmup, seed=seed, step_time=memo,
-                     kv_transfer_s=transfer) for seed in seeds]
+                     kv_transfer_s=transfer, kv_watermark=case.scenario.kv_watermark) for seed in seeds]
     pooled = {m: latency_stats(np.concatenate([getattr(r, m) for r in runs])) for m in METRICS}
     # the window-based rates and batches of equally long runs: their mean
     return Comparison(
@@ -429,6 +458,8 @@ def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.
         closed_form_batch_dispersion=closed_form_batch_dispersion(problem, ev.requests_per_s),
         simulated_batch_dispersion=float(np.mean([r.decode_batch_dispersion for r in runs])),
         closed_form_feasible=ev.feasible, num_preemptions=sum(r.num_preemptions for r in runs),
+        closed_form_cap_share=closed_form_cap_share(problem, ev.requests_per_s),
+        simulated_cap_share=float(np.mean([r.admission_blocked_share for r in runs])),
         num_measured=sum(r.ttft_s.size for r in runs),
     )
 

@@ -8,9 +8,10 @@ Aggregated (per replica, vLLM's scheduler, ``chunked_prefill=True``)
     ``token_budget`` on prefill in FCFS order: the partly prefilled request first, then waiting ones, each
     getting ``min(remaining prompt, remaining budget)`` tokens; at most ``max_batch_size`` sequences
     (decoding + prefilling) run. A waiting request is admitted only if its whole prompt plus the KV
-    already held fits the worker's KV capacity. When a decode step would overflow the KV cache, the most
-    recently admitted running request is preempted: it frees its KV, returns to the head of the waiting
-    queue and recomputes its prompt and the tokens it had generated (vLLM's recompute preemption).
+    already held fits the worker's KV capacity, less ``kv_watermark`` of it kept free. When a decode
+    step would overflow the KV cache, the most recently admitted running request is preempted: it frees
+    its KV, returns to the head of the waiting queue and recomputes its prompt and the tokens it had
+    generated (vLLM's recompute preemption).
     Without chunked prefill (vLLM's default policy): if the head of the queue can be admitted, the
     iteration is prefill-only with as many waiting prompts (FCFS) as fit ``token_budget`` and
     ``max_batch_size`` (a longer prompt alone); otherwise it is a decode-only iteration of all running
@@ -126,6 +127,10 @@ class SimulationResult:
     #: a prefill-only iteration counts the streams it stalls), and their variance over that mean
     decode_batch_time_mean: float
     decode_batch_dispersion: float
+    #: share of the window's time (per decode worker) whose iterations left the head of the waiting queue
+    #: out for want of KV cache or a batch slot (``max_batch_size``), not of token budget (aggregated; a
+    #: decode pool's admission queue is not counted: 0)
+    admission_blocked_share: float = 0.0
 
     def stats(self, name: str) -> LatencyStats:
         """Mean, p50, p90 and p99 of ``ttft_s``, ``e2e_s``, ``tpot_s`` or ``itl_s`` [s] (NaNs dropped)."""
@@ -299,15 +304,16 @@ class _Worker:
 
     __slots__ = ("index", "chunked", "max_batch", "budget", "capacity", "step", "waiting", "running",
                  "pending", "num_decoding", "context_sum", "used", "next_decode", "finish_heap", "partial",
-                 "busy", "bulk", "epoch", "run", "tokens")
+                 "busy", "bulk", "epoch", "run", "tokens", "blocked", "admit_limit")
 
     def __init__(self, index: int, *, chunked: bool, max_batch: int, budget: int, capacity: int,
-                 step: Callable[[int, float, int, float, int], float]) -> None:
+                 step: Callable[[int, float, int, float, int], float], watermark_tokens: int = 0) -> None:
         self.index = index
         self.chunked = chunked
         self.max_batch = max_batch
         self.budget = budget
         self.capacity = capacity
+        self.admit_limit = capacity - watermark_tokens  # admissions keep this much KV free
         self.step = step
         self.waiting: deque[_Request] = deque()
         self.running: dict[int, _Request] = {}  # in admission order
@@ -323,6 +329,7 @@ class _Worker:
         self.epoch = 0
         self.run: tuple[float, float, int, int, list[tuple[_Request, int]]] = (0.0, 0.0, 0, 0, [])
         self.tokens = 0  # prefill tokens of the iteration in flight
+        self.blocked = False  # the iteration in flight left a prompt waiting for KV cache or a batch slot
 
 
 class _PrefillWorker:
@@ -364,11 +371,12 @@ def _kv_capacity(ctx: CostContext, typical_context: int, pool: str) -> int:
 class _Simulation:
     def __init__(self, problem: ServingProblem, *, num_requests: int, warmup_requests: int, seed: int,
                  step_time: StepTime | None, kv_transfer_s: KvTransfer | None,
-                 kv_capacity_tokens: int | None) -> None:
+                 kv_capacity_tokens: int | None, kv_watermark: float = 0.0) -> None:
         if num_requests < 1 or not 0 <= warmup_requests < num_requests:
             raise InvalidInput(f"need 0 <= warmup_requests < num_requests, got {warmup_requests} and "
                                f"{num_requests}", field="warmup_requests")
         self.problem = problem
+        self.kv_watermark = kv_watermark
         self.num_requests = num_requests
         self.warmup = warmup_requests
         w = problem.workload
@@ -401,6 +409,7 @@ class _Simulation:
         self.rec_prefill_tokens: list[int] = []
         #: sequences decoding on the worker during the record (for a prefill-only iteration: those it stalls)
         self.rec_decoding: list[int] = []
+        self.rec_blocked: list[bool] = []
         # the memory plan sees the context the longest input and output reach (as the closed form does)
         self.typical_context = max(int(w.input_tokens.max + w.output_tokens.max), 1)
         self.longest_request = int(self.n_in.max() + self.n_out.max()) - 1
@@ -424,11 +433,13 @@ class _Simulation:
         capacity = kv_capacity_tokens
         if capacity is None:
             capacity = _kv_capacity(ctx, self.typical_context, "replica")
-        self._check_fits(capacity, self.longest_request, "replica")
+        # an admission leaves the watermark free: the longest request must fit what is left
+        self._check_fits(capacity - int(self.kv_watermark * capacity), self.longest_request, "replica")
         step = _worker_step(step_time, ctx, dep.max_batch_size, dep.token_budget)
         for i in range(dep.replicas):
             self.workers.append(_Worker(i, chunked=dep.chunked_prefill, max_batch=dep.max_batch_size,
-                                        budget=dep.token_budget, capacity=capacity, step=step))
+                                        budget=dep.token_budget, capacity=capacity, step=step,
+                                        watermark_tokens=int(self.kv_watermark * capacity)))
         self.pools = {"gpu": list(range(dep.replicas))}
 
     def _setup_disaggregated(self, dep: DisaggregatedDeployment, step_time: StepTime | None,
@@ -547,7 +558,7 @@ class _Simulation:
                     self._push(self.arrival_times[rid + 1], _NEXT_ARRIVAL, None)
 
     def _record(self, worker: int, start_s: float, duration_s: float, iterations: int, decode_batch: int,
-                prefill_tokens: int, decoding: int = 0) -> None:
+                prefill_tokens: int, decoding: int = 0, blocked: bool = False) -> None:
         self.rec_worker.append(worker)
         self.rec_start_s.append(start_s)
         self.rec_duration_s.append(duration_s)
@@ -555,6 +566,7 @@ class _Simulation:
         self.rec_decode_batch.append(decode_batch)
         self.rec_prefill_tokens.append(prefill_tokens)
         self.rec_decoding.append(decoding)
+        self.rec_blocked.append(blocked)
 
     # ---- a continuous-batching worker --------------------------------------------------------------
 
@@ -629,7 +641,7 @@ class _Simulation:
                 left -= n
             while left > 0 and waiting and len(running) < w.max_batch:
                 r = waiting[0]
-                if w.used + r.target > w.capacity:
+                if w.used + r.target > w.admit_limit:
                     break
                 self._admit(w, r)
                 n = min(r.target - r.done, left)
@@ -639,11 +651,11 @@ class _Simulation:
                 left -= n
         else:
             while True:
-                if waiting and len(running) < w.max_batch and w.used + waiting[0].target <= w.capacity:
+                if waiting and len(running) < w.max_batch and w.used + waiting[0].target <= w.admit_limit:
                     while waiting and len(running) < w.max_batch:  # a prefill-only iteration
                         r = waiting[0]
                         n = r.target - r.n_cached
-                        if (chunks and tokens + n > w.budget) or w.used + r.target > w.capacity:
+                        if (chunks and tokens + n > w.budget) or w.used + r.target > w.admit_limit:
                             break
                         self._admit(w, r)
                         chunks.append((r, n))
@@ -661,6 +673,9 @@ class _Simulation:
         if not batch and not chunks:
             w.busy = False
             return
+        # the head of the queue stays out for want of KV cache or a batch slot (not of token budget)
+        w.blocked = bool(waiting) and (len(running) >= w.max_batch
+                                       or w.used + waiting[0].target > w.admit_limit)
         context = w.context_sum / batch if batch else 0.0
         k = 1
         if chunks:
@@ -704,7 +719,7 @@ class _Simulation:
     def _end(self, w: _Worker, now: float) -> None:
         start, dur, k, batch, chunks = w.run
         w.bulk = False
-        self._record(w.index, start, dur, k, batch, w.tokens, w.num_decoding)
+        self._record(w.index, start, dur, k, batch, w.tokens, w.num_decoding, w.blocked)
         finished: list[_Request] = []
         if batch:
             w.next_decode += k
@@ -913,6 +928,8 @@ class _Simulation:
         weight = busy_s[on] / (span * len(decode_members))
         m1 = float(np.sum(weight * x))
         var = max(float(np.sum(weight * x * x)) - m1 * m1, 0.0)
+        blocked = np.asarray(self.rec_blocked, dtype=bool)[on]
+        blocked_share = float(np.sum(weight[blocked]))
         return SimulationResult(
             arrival_s=issue, ttft_s=first - issue, e2e_s=finish - issue, tpot_s=tpot, output_tokens=n_out,
             input_tokens=np.array([r.n_in for r in measured], dtype=np.int64),
@@ -920,6 +937,7 @@ class _Simulation:
             requests_per_s=completions / span, output_tokens_per_s=tokens / span, utilization=utilization,
             num_preemptions=self.num_preemptions, recomputed_tokens=self.recomputed_tokens, window_s=span,
             decode_batch_time_mean=m1, decode_batch_dispersion=var / m1 if m1 > 0 else float("nan"),
+            admission_blocked_share=blocked_share,
         )
 
 
@@ -932,6 +950,7 @@ def simulate(
     step_time: StepTime | None = None,
     kv_transfer_s: KvTransfer | None = None,
     kv_capacity_tokens: int | None = None,
+    kv_watermark: float = 0.0,
 ) -> SimulationResult:
     """Simulate ``num_requests`` requests through the deployment and measure them as a benchmark would.
 
@@ -957,6 +976,11 @@ def simulate(
     kv_capacity_tokens : int, optional
         KV capacity of each (decode) worker [tokens]; default: ``memory_plan(...).kv_capacity_tokens``
         with the context the longest input and output reach.
+    kv_watermark : float
+        Share of each aggregated worker's KV cache an admission must leave free (the KV a running request
+        grows into before it is preempted): vLLM's V0 block manager keeps 1 % (``watermark=0.01``,
+        "to avoid frequent cache eviction"), its V1 KV-cache manager none by default (``watermark=0.0``).
+        Preemption still happens only when the whole cache is full.
 
     Returns
     -------
@@ -969,7 +993,10 @@ def simulate(
     InvalidInput
         For a warm-up not shorter than the run, or an empty pool.
     """
+    if not 0.0 <= kv_watermark < 1.0:
+        raise InvalidInput(f"kv_watermark must be in [0, 1), got {kv_watermark!r}", field="kv_watermark")
     sim = _Simulation(problem, num_requests=num_requests, warmup_requests=warmup_requests, seed=seed,
-                      step_time=step_time, kv_transfer_s=kv_transfer_s, kv_capacity_tokens=kv_capacity_tokens)
+                      step_time=step_time, kv_transfer_s=kv_transfer_s, kv_capacity_tokens=kv_capacity_tokens,
+                      kv_watermark=kv_watermark)
     sim.run()
     return sim.result()

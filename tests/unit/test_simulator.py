@@ -231,6 +231,27 @@ def test_kv_exhaustion_preempts_and_recomputes(make):
     assert tiny.requests_per_s < ample.requests_per_s
 
 
+def test_a_kv_watermark_keeps_growing_requests_from_being_preempted(make):
+    """Admissions that leave KV free (vLLM V0's block-manager watermark) give the running requests room to
+    grow: fewer preemptions, the same requests served; either way prompts wait for KV some of the time."""
+    problem = make(arrival=closed(32), input_tokens=fixed_length(500), output_tokens=fixed_length(200))
+    runs = {wm: simulate(problem, num_requests=600, warmup_requests=50, step_time=linear_step(),
+                         kv_capacity_tokens=3000, kv_watermark=wm) for wm in (0.0, 0.25)}
+    assert runs[0.25].num_preemptions < runs[0.0].num_preemptions
+    for res in runs.values():
+        assert_tokens_accounted(res)
+        assert 0.0 < res.admission_blocked_share <= 1.0
+    ample = simulate(problem, num_requests=600, warmup_requests=50, step_time=linear_step())
+    assert ample.admission_blocked_share == 0.0
+    for bad in (-0.1, 1.0):
+        with pytest.raises(InvalidInput):
+            simulate(problem, num_requests=10, warmup_requests=1, step_time=linear_step(), kv_watermark=bad)
+    # the watermark counts against the longest request's fit
+    with pytest.raises(ModelDoesNotFit):
+        simulate(problem, num_requests=10, warmup_requests=1, step_time=linear_step(), kv_capacity_tokens=800,
+                 kv_watermark=0.2)
+
+
 def test_kv_cache_too_small_for_one_request_is_refused(make):
     with pytest.raises(ModelDoesNotFit):
         simulate(make(arrival=closed(1)), num_requests=10, warmup_requests=1, step_time=linear_step(),
