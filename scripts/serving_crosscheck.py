@@ -345,8 +345,14 @@ READINGS = (
     sequences of 1631 tokens; admissions stop for 0.3 s at the median, 1.5 s at most), most without one
     (2026-12-02, one 36000-request replication: 4 % of its requests have a TTFT over 1.5 s, in clusters;
     seven of the first eight had no KV block in the 30 s before them). The lane's exact M/G/1 wait (Pollaczek–Khinchine, numerically) has the closed
-    form's p99 (1.43 against its exponential's 1.42 s): the simulated congestion outlasts an M/G/1's,
-    and what prolongs it is not found. Each run is
+    form's p99 (1.43 against its exponential's 1.42 s): the simulated congestion outlasts an M/G/1's.
+    What prolongs it, seen in one episode (788–797 s of seed 0: 62 arrivals in 5 s against 45 on
+    average): with every iteration mixed (~110 ms) the lane admits prompts faster than streams finish
+    (~12 per s against ~5), so the batch grows, 107 → 155 sequences over 8 s, and every sequence added
+    slows the lane (the cost model: 17.5k prompt tokens/s at 110 sequences, 16.6k at 155, 15.8k at 199):
+    the episode's service slows as it goes. The stationary batch law has no such correlation with the
+    queue, and a quasi-static mixture of the lane's wait over it moved the p99 only 1588 → 1638 ms. Not
+    modelled. Each run is
     decided by a few episodes (TTFT p99 of the replications 5.1 / 2.3 / 2.0 s at 36000 requests with the
     watermark below; the grid's spread is 115 %). Why the batch gets there: its spread is far wider than the
     Poisson occupancy the ITL law had (next paragraph). Not modelled: the wait of those episodes.
