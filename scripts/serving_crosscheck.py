@@ -338,47 +338,50 @@ READINGS = (
     36.3 % (leave-one-model-out 38.6 → 46.9 %) and TensorRT-LLM's from 21.7 to 26.0 %. SGLang, whose
     scheduler runs prefill batches apart from the decodes (`enable_mixed_chunk` off by default), keeps a
     cohort in any case (`EngineProfile.mixes_prefill_with_decode`).""",
-    """- **ρ = 0.9, Qwen3-32B aggregated chunked: TTFT p99 −41 % (1588 against 2705 ms).** The operating
-    point sits near the fold of λ(B), where B = λ·(E[O] − 1)·τ̄(B) feeds itself: a busier prefill lane
-    grows the batch, which lengthens every iteration. The simulated tail is made of rare congestion
-    episodes of the prefill lane, some after the decode batch reached the KV cache's capacity (199
-    sequences of 1631 tokens; admissions stop for 0.3 s at the median, 1.5 s at most), most without one
-    (2026-12-02, one 36000-request replication: 4 % of its requests have a TTFT over 1.5 s, in clusters;
-    seven of the first eight had no KV block in the 30 s before them). The lane's exact M/G/1 wait (Pollaczek–Khinchine, numerically) has the closed
-    form's p99 (1.43 against its exponential's 1.42 s): the simulated congestion outlasts an M/G/1's.
-    What prolongs it, seen in one episode (788–797 s of seed 0: 62 arrivals in 5 s against 45 on
-    average): with every iteration mixed (~110 ms) the lane admits prompts faster than streams finish
-    (~12 per s against ~5), so the batch grows, 107 → 155 sequences over 8 s, and every sequence added
-    slows the lane (the cost model: 17.5k prompt tokens/s at 110 sequences, 16.6k at 155, 15.8k at 199):
-    the episode's service slows as it goes. The stationary batch law has no such correlation with the
-    queue, and a quasi-static mixture of the lane's wait over it moved the p99 only 1588 → 1638 ms. Not
-    modelled. Each run is
-    decided by a few episodes (TTFT p99 of the replications 5.1 / 2.3 / 2.0 s at 36000 requests with the
-    watermark below; the grid's spread is 115 %). Why the batch gets there: its spread is far wider than the
-    Poisson occupancy the ITL law had (next paragraph). Not modelled: the wait of those episodes.
-    Flagged instead (2026-12-02): the free tail of the batch law, a gamma of the steady state's mean and of
-    `batch_dispersion`'s variance (`batch.batch_cap_share`), puts the batch at the cap 0.41 % of the time
-    here and 0.58 % unchunked; the simulation's share with a prompt kept out for want of KV
-    (`SimulationResult.admission_blocked_share`, the *at cap* cells) is 1.17 % and 0.62 %, and `evaluate`
-    and the what-if rows warn above 0.1 % that the TTFT tail there is not modelled
-    (`tests/unit/test_batch_cap.py`). Llama-3.1-8B at ρ = 0.9, capped by max_batch_size (256): the closed
-    form says 0.11 % (chunked; simulated 0.08 %) and 0.52 % (unchunked; simulated 0.09 %, whose batch is
-    119 against the closed form's 136: see *Unchunked at ρ = 0.9* below), so that warning comes early there.
-    **The KV admission watermark (2026-12-02; 48 → 50 groups).** Until this date the simulated scheduler
-    admitted requests up to a full cache; a request admitted into a nearly full one was preempted as soon
-    as the running ones grew, recomputed its prompt in a prefill pass that stalled every stream, and was
-    admitted and preempted again: three 36000-request replications of the unchunked point had 144 / 55 /
-    24 preemptions, TTFT mean 369 / 236 / 226 ms and p99 6.0 / 1.1 / 0.9 s. vLLM's V0 block manager, whose
-    scheduler the simulation replays, admits only if 1 % of the cache stays free (`watermark=0.01`, "to
-    avoid frequent cache eviction"); with that headroom (`simulate(kv_watermark=0.01)`, now the grid's)
-    the same runs have no preemption, TTFT mean 252 / 230 / 225 ms and p99 1.3 / 0.96 / 0.86 s, and the
-    unchunked point passes (mean −23 → −9 %, p99 −56 → −13 %). The chunked tail barely moves (p99 −48 →
-    −41 %): it is the blocking itself, not the recompute. vLLM V1's KV-cache manager has a watermark
-    option whose default is 0; the sensitivity run *Admissions without a KV watermark* below keeps that
-    case (93 and 223 preemptions over its runs, the unchunked misses back). The KV-cache batch cap itself
-    counts what a running sequence holds on average, its prompt and, length-biased, half its output (1631
-    tokens; the simulation's time average is 1641), not E[I] + E[O] / 2 (1533): 199 sequences, was 212
-    before 2026-12-01, which lowered Qwen3-32B's closed-form saturation by ~1 %.""",
+    """- **ρ = 0.9, Qwen3-32B aggregated chunked: TTFT p99 −41 % (1588 against 2705 ms).** The operating point
+    sits near the fold of λ(B), where B = λ·(E[O] − 1)·τ̄(B) feeds itself: a busier prefill lane grows the
+    batch, which lengthens every iteration. The simulated tail is made of rare congestion episodes of the
+    prefill lane, some after the decode batch reached the KV cache's capacity (199 sequences of 1631 tokens;
+    admissions stop for 0.3 s at the median, 1.5 s at most), most without one (2026-12-02, one 36000-request
+    replication: 4 % of its requests have a TTFT over 1.5 s, in clusters; seven of the first eight had no KV
+    block in the 30 s before them). The lane's exact M/G/1 wait (Pollaczek–Khinchine, numerically) has the
+    closed form's p99 (1.43 against its exponential's 1.42 s): the simulated congestion outlasts an M/G/1's.
+    What prolongs it (2026-12-02, seeds 1 and 0 at 36000 requests, with throwaway probes of the simulator's
+    iteration records): the same arrivals through a constant-rate lane (Lindley's recursion at 17.1k prompt
+    tokens/s, the closed form's) give a wait p99 of 1.5 / 1.3 s, where the simulated TTFT p99 is 2.3 / 5.1 s.
+    The requests whose wait is in the top 1 % see a decode batch of 171 / 175 sequences over it (the
+    stationary mean 121 / 126; the closed form's 113) and a lane that moves 14.5k / 13.5k prompt tokens/s,
+    against 17.1k / 17.0k for the p50–p90 waits: with every iteration mixed (~110 ms) the lane admits prompts
+    faster than streams finish (~12 per s against ~5), the batch grows, each added sequence slows the lane
+    (the cost model: 17.5k tokens/s at 110 sequences, 16.6k at 155, 15.8k at 199), and near the cap admissions
+    stop. The long waits and the large batches come together; the closed form's batch law is stationary and
+    independent of the queue, and a quasi-static mixture of the lane's wait over it moved the p99 only 1588 →
+    1638 ms. Not modelled. Each run is decided by a few episodes (TTFT p99 of the replications 5.1 / 2.3 / 2.0
+    s at 36000 requests with the watermark below; the grid's spread is 115 %). Why the batch gets there: its
+    spread is far wider than the Poisson occupancy the ITL law had (next paragraph). Not modelled: the wait of
+    those episodes. Flagged instead (2026-12-02): the free tail of the batch law, a gamma of the steady
+    state's mean and of `batch_dispersion`'s variance (`batch.batch_cap_share`), puts the batch at the cap
+    0.41 % of the time here and 0.58 % unchunked; the simulation's share with a prompt kept out for want of KV
+    (`SimulationResult.admission_blocked_share`, the *at cap* cells) is 1.17 % and 0.62 %, and `evaluate` and
+    the what-if rows warn above 0.1 % that the TTFT tail there is not modelled
+    (`tests/unit/test_batch_cap.py`). Llama-3.1-8B at ρ = 0.9, capped by max_batch_size (256): the closed form
+    says 0.11 % (chunked; simulated 0.08 %) and 0.52 % (unchunked; simulated 0.09 %, whose batch is 119
+    against the closed form's 136: see *Unchunked at ρ = 0.9* below), so that warning comes early there. **The
+    KV admission watermark (2026-12-02; 48 → 50 groups).** Until this date the simulated scheduler admitted
+    requests up to a full cache; a request admitted into a nearly full one was preempted as soon as the
+    running ones grew, recomputed its prompt in a prefill pass that stalled every stream, and was admitted and
+    preempted again: three 36000-request replications of the unchunked point had 144 / 55 / 24 preemptions,
+    TTFT mean 369 / 236 / 226 ms and p99 6.0 / 1.1 / 0.9 s. vLLM's V0 block manager, whose scheduler the
+    simulation replays, admits only if 1 % of the cache stays free (`watermark=0.01`, "to avoid frequent cache
+    eviction"); with that headroom (`simulate(kv_watermark=0.01)`, now the grid's) the same runs have no
+    preemption, TTFT mean 252 / 230 / 225 ms and p99 1.3 / 0.96 / 0.86 s, and the unchunked point passes (mean
+    −23 → −9 %, p99 −56 → −13 %). The chunked tail barely moves (p99 −48 → −41 %): it is the blocking itself,
+    not the recompute. vLLM V1's KV-cache manager has a watermark option whose default is 0; the sensitivity
+    run *Admissions without a KV watermark* below keeps that case (93 and 223 preemptions over its runs, the
+    unchunked misses back). The KV-cache batch cap itself counts what a running sequence holds on average, its
+    prompt and, length-biased, half its output (1631 tokens; the simulation's time average is 1641), not E[I]
+    + E[O] / 2 (1533): 199 sequences, was 212 before 2026-12-01, which lowered Qwen3-32B's closed-form
+    saturation by ~1 %.""",
     """- **The decode batch is not Poisson (2026-12-01; 47 → 48 groups with the KV cap above).** The
     simulated batch's variance over its mean (the *var/mean* cells) is ~1.1 at ρ = 0.1, ~2.2 at 0.5, ~4 at
     0.7 and ~7 at 0.9 in both aggregated modes and on both workers, where the M/G/∞ occupancy that the ITL
