@@ -121,7 +121,7 @@ def batch_cap_share(batch: FloatArray, dispersion: FloatArray, cap: float) -> Fl
     Poisson batch, dispersion 1, has the gamma of shape B). A closed form of a reflected process would
     need the batch's dynamics at the cap; this is its free tail, checked against the reference simulation's
     share of time with a prompt kept out for want of KV cache or a batch slot
-    (``SimulationResult.admission_blocked_share``; ``tests/unit/test_serving_crosscheck.py``)."""
+    (``SimulationResult.admission_blocked_share``; ``tests/unit/test_batch_cap.py``)."""
     b = np.asarray(batch, dtype=np.float64)
     d = np.maximum(np.asarray(dispersion, dtype=np.float64), 1e-9)
     ok = b > 0
@@ -155,10 +155,10 @@ class OpenLoopRows:
     #: the ITL at the SLO's percentile [s], NaN without an ITL target (for the row's warning)
     itl_at_slo_s: FloatArray
     #: the share of time the decode batch is at its cap (``batch_cap_share``; for the row's warning)
-    cap_share: FloatArray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    cap_share: FloatArray
     #: the cap [sequences], and whether the KV cache (not ``max_batch_size``) sets it
-    batch_cap: float = 0.0
-    kv_limited: bool = False
+    batch_cap: float
+    kv_limited: bool
 
 
 def _discrete_rebin(values: FloatArray, weights: FloatArray, k: int) -> tuple[FloatArray, FloatArray]:
@@ -335,7 +335,7 @@ def rows_warnings(rows: OpenLoopRows, prefix: list[str], itl_percentile: FloatAr
     missed = np.zeros(n, dtype=bool) if itl_target_s is None else np.isfinite(at) & (
         at > np.where(np.isfinite(itl_target_s), itl_target_s, np.inf))
     overloaded = (~rows.feasible).tolist()
-    capped = rows.cap_share >= CAP_WARNING_SHARE if rows.cap_share.size == n else np.zeros(n, dtype=bool)
+    capped = rows.cap_share >= CAP_WARNING_SHARE
     texts: dict[tuple[float, float], tuple[str, str]] = {}
     for j in np.flatnonzero(~rows.feasible | missed | capped).tolist():
         extra = [OVERLOAD_WARNING] if overloaded[j] else []
