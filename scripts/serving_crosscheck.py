@@ -277,8 +277,8 @@ def worst_section(comparisons: Sequence[Comparison]) -> list[str]:
 #: the hand-written reading of the misses: one paragraph per mechanism (whitespace is normalized)
 READINGS = (
     """Hand-written (in `scripts/serving_crosscheck.py`) from the runs of 2026-12-01 that gave 36, 37, 40,
-    44 and 47 of 54 groups; the tables above are regenerated, this reading is not: re-read it after changing
-    `planner/serving/`.""",
+    44, 47 and 48 of 54 groups and those of 2026-12-02 that gave 50 and 51; the tables above are
+    regenerated, this reading is not: re-read it after changing `planner/serving/`.""",
     """- **What moved the report from 20 to 44 passing groups** (each a change of the closed form, except
     the first). (1) The simulation's runs at ρ = 0.9 were too short: with 4000 requests the disaggregated
     M/G/1 prefill queue (whose mean wait the closed form has exactly) came out 21 % above it; the runs now
