@@ -341,7 +341,7 @@ class Comparison:
     simulated_requests_per_s: float
     closed_form_decode_batch: float
     simulated_decode_batch: float
-    #: variance over mean of the decode batch: the closed form's law (``closed_form_batch_dispersion``) and
+    #: variance over mean of the decode batch: the closed form's law (``closed_form_batch_law``) and
     #: the simulation's time-weighted one (mean of the replications)
     closed_form_batch_dispersion: float
     simulated_batch_dispersion: float
@@ -394,11 +394,12 @@ def run_length(case: Case, base_requests: int) -> int:
     return int(round(base_requests * ((1.0 - LONG_RUN_FROM) / max(1.0 - rho, 1e-3)) ** 2))
 
 
-def closed_form_batch_dispersion(problem: ServingProblem, served_per_s: float) -> float:
-    """Variance over mean of the decode batch per worker that ``evaluate``'s ITL law uses at the served
-    rate: ``batch_dispersion`` for an aggregated open loop, a processor-sharing station's 1 / (1 − ε) for a
-    decode pool (over its workers, as evaluate spreads the pool's batch), and the binomial 1 − B̄ / N of N
-    clients per replica for a closed loop."""
+def closed_form_batch_law(problem: ServingProblem, served_per_s: float) -> tuple[float, float]:
+    """(variance over mean of the decode batch per worker, share of time it is at its cap) that ``evaluate``
+    uses at the served rate. The variance/mean: ``batch_dispersion`` for an aggregated open loop, a
+    processor-sharing station's 1 / (1 − ε) for a decode pool (over its workers, as evaluate spreads the
+    pool's batch), the binomial 1 − B̄ / N of N clients per replica for a closed loop. The cap share
+    (``batch.batch_cap_share``, what evaluate's warning reports): aggregated open loops only, 0 otherwise."""
     dep = problem.deployment
     arrival = problem.workload.arrival
     if isinstance(dep, AggregatedDeployment):
@@ -407,29 +408,17 @@ def closed_form_batch_dispersion(problem: ServingProblem, served_per_s: float) -
         lam = served_per_s / replicas
         if arrival.kind == "closed_loop":
             st = model.steady_state(np.array([lam]), 1.0)
-            return float(1.0 - min(float(st.batch[0]) / (float(arrival.concurrency) / replicas), 1.0))
+            return float(1.0 - min(float(st.batch[0]) / (float(arrival.concurrency) / replicas), 1.0)), 0.0
         st = model.steady_state(np.array([lam]), arrival.arrival_cv**2)
-        return float(batch_dispersion(model, st)[0])
+        dispersion = batch_dispersion(model, st)
+        return float(dispersion[0]), float(batch_cap_share(st.batch, dispersion, model.batch_cap)[0])
     assert isinstance(dep, DisaggregatedDeployment)
     dmodel = DisaggregatedModel(problem)
     st_d = dmodel.steady_state(np.array([served_per_s]), arrival.arrival_cv**2)
     b = float(st_d.decode_batch[0])
     if arrival.kind == "closed_loop":
-        return float(1.0 - min(b * dep.decode.workers / float(arrival.concurrency), 1.0))
-    return dmodel.decode_batch_dispersion(b) / dep.decode.workers
-
-
-def closed_form_cap_share(problem: ServingProblem, served_per_s: float) -> float:
-    """The share of time ``evaluate``'s batch law puts an aggregated open loop's decode batch at its cap
-    (``batch.batch_cap_share``, what its warning reports); 0 for closed loops and decode pools."""
-    dep = problem.deployment
-    arrival = problem.workload.arrival
-    if not isinstance(dep, AggregatedDeployment) or arrival.kind == "closed_loop":
-        return 0.0
-    model = _tabulated_model(problem, None)
-    lam = served_per_s / active_replicas(problem, dep.replicas)
-    st = model.steady_state(np.array([lam]), arrival.arrival_cv**2)
-    return float(batch_cap_share(st.batch, batch_dispersion(model, st), model.batch_cap)[0])
+        return float(1.0 - min(b * dep.decode.workers / float(arrival.concurrency), 1.0)), 0.0
+    return dmodel.decode_batch_dispersion(b) / dep.decode.workers, 0.0
 
 
 def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.1,
@@ -447,6 +436,7 @@ def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.
     runs = [simulate(problem, num_requests=num_requests, warmup_requests=warmup, seed=seed, step_time=memo,
                      kv_transfer_s=transfer, kv_watermark=case.scenario.kv_watermark) for seed in seeds]
     pooled = {m: latency_stats(np.concatenate([getattr(r, m) for r in runs])) for m in METRICS}
+    dispersion, cap_share = closed_form_batch_law(problem, ev.requests_per_s)
     # the window-based rates and batches of equally long runs: their mean
     return Comparison(
         case=case, closed_form={"ttft_s": ev.ttft_s, "itl_s": ev.itl_s}, simulated=pooled,
@@ -455,10 +445,10 @@ def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.
         simulated_requests_per_s=float(np.mean([r.requests_per_s for r in runs])),
         closed_form_decode_batch=ev.mean_decode_batch,
         simulated_decode_batch=float(np.mean([r.mean_decode_batch for r in runs])),
-        closed_form_batch_dispersion=closed_form_batch_dispersion(problem, ev.requests_per_s),
+        closed_form_batch_dispersion=dispersion,
         simulated_batch_dispersion=float(np.mean([r.decode_batch_dispersion for r in runs])),
         closed_form_feasible=ev.feasible, num_preemptions=sum(r.num_preemptions for r in runs),
-        closed_form_cap_share=closed_form_cap_share(problem, ev.requests_per_s),
+        closed_form_cap_share=cap_share,
         simulated_cap_share=float(np.mean([r.admission_blocked_share for r in runs])),
         num_measured=sum(r.ttft_s.size for r in runs),
     )
