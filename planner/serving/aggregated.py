@@ -52,6 +52,8 @@ assert np.array_equal(CHUNK_FRACTIONS[1:], 2.0 ** np.arange(-_LAST_SEGMENT, 1.0)
 NUM_BATCH_POINTS = 20
 #: largest prefill-lane utilization treated as stable
 MAX_UTILIZATION = 0.995
+#: passes of the chunked lane's fixed point (utilization and top-up share): converged to ~1e-4 in u
+TOP_UP_PASSES = 6
 #: decode batches of the λ(B) curve an arrival rate is interpolated on (geometric from 1e-3 to the cap)
 CURVE_POINTS = 48
 #: rounds and points of the search for the end of the stable branch between two curve points
@@ -265,6 +267,13 @@ class AggregatedModel:
         # ``decode_context`` (the reference simulation's time-averaged KV per running sequence: 1641 tokens
         # for the crosscheck's lognormal lengths, against 1631 here and 1533 for E[I] + E[O] / 2)
         self.kv_batch_cap = self.plan.kv_capacity_tokens / max(self.decode_context, 1.0)
+        #: variance / mean² of that KV over the running sequences: a prompt I and an age a, uniform over the
+        #: decode life of a length-biased output O, so E[x²] = E[I²] + E[I]·E[O²]/E[O] + E[O³]/(3E[O])
+        out = w.output_tokens
+        o1 = max(mean_out, 1.0)
+        x2 = (w.input_tokens.second_moment + w.input_tokens.mean * out.second_moment / o1
+              + float(np.dot(out.values**3, out.weights)) / (3.0 * o1))
+        self.kv_scv = max(x2 / max(self.decode_context, 1.0) ** 2 - 1.0, 0.0)
         self.batch_cap = float(min(dep.max_batch_size, self.kv_batch_cap))
         #: per budget row: the batch cap and the KV-cache batch cap (rows of a stack differ)
         self.cap_k = np.full(self.budgets.size, self.batch_cap)
@@ -425,16 +434,24 @@ class AggregatedModel:
         spare = np.minimum(c_left - last, self.mean_prompt_compute)
         base_tokens = full_share * c_left[:, 0] + last @ wv
         spare_tokens = spare @ wv
-        # a prompt's last chunk leaves budget spare: when another prompt waits (probability ≈ u) its first
-        # tokens fill it, else the iteration runs the short chunk alone. Two iteration kinds, each the same in
-        # every pass of the loop below; only their shares move with u
+        # a prompt's last chunk leaves budget spare: when another prompt waits as its iteration starts
+        # (``_top_up_share``) its first tokens fill it, else the iteration runs the short chunk alone. Two
+        # iteration kinds, each the same in every pass of the loop below; only their shares move with u
         t_alone = tb.at_segments(seg, last)
         t_topped = tb.at_segments(seg, last + spare)
         alone_mean, topped_mean = t_alone @ wv, t_topped @ wv
         u = np.zeros_like(b)
         u_top = u
-        for _ in range(3):
-            u_top = np.minimum(u, MAX_UTILIZATION)
+        lam_prev = np.zeros_like(b) if rate_per_s is None else np.broadcast_to(rate_per_s, b.shape)
+        for _ in range(TOP_UP_PASSES):
+            if self.closed_loop:
+                # a closed loop's prompts come at iteration ends, often several at one (the clients whose
+                # streams ended together), not as Poisson arrivals: the lane's busy share, as before
+                # 2026-12-02. The Poisson law below, tried on the serving benchmarks (all closed loops),
+                # moved dense TTFT 18.9 → 19.3 %, vLLM 26.7 → 28.8 %, TensorRT-LLM 20.3 → 21.9 %
+                u_top = np.minimum(u, MAX_UTILIZATION)
+            else:
+                u_top = _top_up_share(u, lam_prev, t_alone, wv)
             tokens_per_iter = (base_tokens + u_top * spare_tokens) / iters_per_req
             tau_m = (full_share * t_full[:, 0] + alone_mean + u_top * (topped_mean - alone_mean)) / iters_per_req
             k = self.mean_prompt_compute / tokens_per_iter  # mixed iterations per request
@@ -447,6 +464,7 @@ class AggregatedModel:
             else:
                 lam = rate_per_s
             u = lam * k * tau_m
+            lam_prev = lam
         r_mixed = lam * k
         r_dec = np.maximum(1.0 - u, 0.0) / tau_d
         tau_bar = 1.0 / np.maximum(r_mixed + r_dec, 1e-300)
@@ -765,6 +783,21 @@ class AggregatedModel:
 #: iterations after a completion that ``_phase_residual`` follows at most (a front end of many iterations
 #: is at a random phase by then)
 PHASE_ITERATIONS = 24
+
+
+def _top_up_share(u: FloatArray, lam: FloatArray, t_alone: FloatArray, weights: FloatArray) -> FloatArray:
+    """Probability that a prompt's last chunk is topped up: another prompt waits when its iteration starts.
+
+    Taking the lane as an M/G/1 queue of prompts, a departing prompt leaves it empty with probability
+    1 − u (departures see what arrivals see, and arrivals see the time average: PASTA). It leaves it empty
+    exactly when nobody waited as its last chunk started and nobody arrived during that chunk's iteration,
+    which then ran alone (``t_alone`` per prompt point, Poisson arrivals at ``lam``). So nobody waited with
+    probability (1 − u) / E[exp(−λ·t_alone)], and the share topped up is one less that; it is below u
+    (the share this law replaces) by the arrivals that come too late for the chunk. At ρ = 0.9 of
+    Qwen3-32B's chunked capacity it is 0.60 against u = 0.77, and the mixed iterations carry 1568 prompt
+    tokens on average, the reference simulation's 1566 (2026-12-02; with u, 1686)."""
+    e_alone = np.exp(-np.asarray(lam, dtype=np.float64)[..., None] * t_alone) @ weights
+    return np.clip(1.0 - (1.0 - u) / np.maximum(e_alone, 1e-300), 0.0, np.minimum(u, MAX_UTILIZATION))
 
 
 def _phase_residual(p_mixed: FloatArray, tau_m: FloatArray, tau_d: FloatArray, front_end_s: float) -> FloatArray:

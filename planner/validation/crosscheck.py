@@ -40,7 +40,7 @@ from planner.costs.types import CostContext, EngineProfile, Parallelism
 from planner.hardware import GpuSpec, find_gpu
 from planner.models import ModelArchitecture, ModelCatalog
 from planner.serving.aggregated import AggregatedModel
-from planner.serving.batch import batch_cap_share, batch_dispersion
+from planner.serving.batch import batch_dispersion, cap_share
 from planner.serving.disaggregated import DisaggregatedModel
 from planner.serving.evaluate import _tabulated_model, active_replicas, evaluate
 from planner.serving.types import (
@@ -348,7 +348,7 @@ class Comparison:
     #: the closed form's verdict on the operating point (False: beyond its saturation)
     closed_form_feasible: bool
     num_preemptions: int
-    #: share of time the decode batch is at its cap: the closed form's ``batch_cap_share`` (aggregated open
+    #: share of time the decode batch is at its cap: the closed form's ``cap_share`` (aggregated open
     #: loops; 0 otherwise) and the simulation's ``admission_blocked_share`` (mean of the replications)
     closed_form_cap_share: float = 0.0
     simulated_cap_share: float = 0.0
@@ -399,7 +399,7 @@ def closed_form_batch_law(problem: ServingProblem, served_per_s: float) -> tuple
     uses at the served rate. The variance/mean: ``batch_dispersion`` for an aggregated open loop, a
     processor-sharing station's 1 / (1 − ε) for a decode pool (over its workers, as evaluate spreads the
     pool's batch), the binomial 1 − B̄ / N of N clients per replica for a closed loop. The cap share
-    (``batch.batch_cap_share``, what evaluate's warning reports): aggregated open loops only, 0 otherwise."""
+    (``batch.cap_share``, what evaluate's warning reports): aggregated open loops only, 0 otherwise."""
     dep = problem.deployment
     arrival = problem.workload.arrival
     if isinstance(dep, AggregatedDeployment):
@@ -411,7 +411,7 @@ def closed_form_batch_law(problem: ServingProblem, served_per_s: float) -> tuple
             return float(1.0 - min(float(st.batch[0]) / (float(arrival.concurrency) / replicas), 1.0)), 0.0
         st = model.steady_state(np.array([lam]), arrival.arrival_cv**2)
         dispersion = batch_dispersion(model, st)
-        return float(dispersion[0]), float(batch_cap_share(st.batch, dispersion, model.batch_cap)[0])
+        return float(dispersion[0]), float(cap_share(model, st.batch, dispersion)[0])
     assert isinstance(dep, DisaggregatedDeployment)
     dmodel = DisaggregatedModel(problem)
     st_d = dmodel.steady_state(np.array([served_per_s]), arrival.arrival_cv**2)

@@ -1,16 +1,20 @@
-"""The share of time the decode batch spends at its cap (``batch.batch_cap_share``), its warning, and the
-reference simulation's share of time with a prompt kept out for want of KV cache or a batch slot.
+"""The share of time the decode batch spends at its cap (``batch.cap_share``, ``batch.batch_cap_share``), its
+warning, and the reference simulation's share of time with a prompt kept out for want of KV cache or a batch
+slot.
 
 The simulated cases are Qwen3-32B on two H100s (TP2) from the crosscheck grid (its 1 % KV admission
 watermark included), whose cap is the KV cache (~200 sequences), at 70 % and 90 % of the closed form's
 saturation rate: three replications of 12000 requests each (10 % warm-up). Measured when written
-(2026-12-02): at ρ = 0.9 the closed form gives 0.41 % (chunked) and 0.58 % (unchunked); the replications
+(2026-12-02): at ρ = 0.9 the closed form gives 0.56 % (chunked) and 0.75 % (unchunked; 0.40 and 0.58 % from
+the spread of the sequence count alone, before the KV each sequence holds was added); the replications
 0.53 / 1.71 / 0.34 % and 0 / 1.12 / 0.65 %, without preemptions. At ρ = 0.7 both are zero (the closed
 form's ~1e-12). The event is rare and decided by a few episodes per run, so the check is on its order of
 magnitude: within a factor of three.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -20,8 +24,9 @@ from planner.engines import find_engine
 from planner.hardware import load_catalog
 from planner.models import load_model_catalog
 from planner.serving.aggregated import AggregatedModel
-from planner.serving.batch import CAP_WARNING_SHARE, batch_cap_share, batch_dispersion
+from planner.serving.batch import CAP_WARNING_SHARE, batch_cap_share, batch_dispersion, cap_share
 from planner.serving.evaluate import evaluate
+from planner.serving.workload import fixed_length
 from planner.validation import crosscheck as X
 from planner.validation.simulator import simulate
 
@@ -64,7 +69,7 @@ def qwen_cases():
 def closed_form_share(problem) -> float:
     model = AggregatedModel(problem)
     st = model.steady_state(np.array([float(problem.workload.arrival.rate_per_s)]), 1.0)
-    return float(batch_cap_share(st.batch, batch_dispersion(model, st), model.batch_cap)[0])
+    return float(cap_share(model, st.batch, batch_dispersion(model, st))[0])
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +123,44 @@ def test_evaluate_warns_when_the_batch_reaches_the_kv_cap(qwen_cases):
     assert len(notes) == 1 and f"{share:.1%}" in notes[0]
     assert "KV cache" in notes[0] and "preempted" in notes[0]
     assert not any("decode batch is at" in w for w in evaluate(calm).warnings)
+
+
+def _kv_model(input_tokens, output_tokens):
+    workers = X.default_workers(load_model_catalog(), load_catalog())
+    worker = next(w for w in workers if w.model.id == "Qwen/Qwen3-32B")
+    scenario = next(s for s in X.default_scenarios([worker], find_engine("vllm"))
+                    if s.mode == "aggregated_chunked" and s.lengths == "lognormal")
+    problem = scenario.problem(X.Arrival(kind="poisson", rate_per_s=1.0))
+    wl = dataclasses.replace(problem.workload, input_tokens=input_tokens, output_tokens=output_tokens)
+    return AggregatedModel(dataclasses.replace(problem, workload=wl))
+
+
+def test_fixed_lengths_spread_the_kv_only_by_the_age_of_each_sequence():
+    model = _kv_model(fixed_length(512), fixed_length(256))
+    # a uniform age over the 256 outputs: variance 256² / 12 around a mean of 512 + 128
+    assert model.kv_scv == pytest.approx(256.0**2 / 12.0 / 640.0**2, rel=0.02)
+
+
+def test_the_kv_spread_is_that_of_a_sampled_running_sequence():
+    """Sample the running sequences directly: a prompt, an output drawn in proportion to its length (long
+    decodes are running more of the time) and an age uniform over it."""
+    ins, outs = X.lognormal_workload()
+    model = _kv_model(ins, outs)
+    rng = np.random.default_rng(3)
+    n = 400_000
+    prompt = rng.choice(ins.values, size=n, p=ins.weights / ins.weights.sum())
+    biased = outs.weights * outs.values
+    output = rng.choice(outs.values, size=n, p=biased / biased.sum())
+    held = prompt + rng.uniform(0.0, 1.0, size=n) * output
+    assert float(np.mean(held)) == pytest.approx(model.decode_context, rel=0.01)
+    assert model.kv_scv == pytest.approx(float(np.var(held) / np.mean(held) ** 2), rel=0.03)
+
+
+def test_the_kv_cap_share_adds_the_spread_of_what_each_sequence_holds():
+    ins, outs = X.lognormal_workload()
+    model = _kv_model(ins, outs)
+    b, d = np.array([110.0, 150.0]), np.array([6.0, 6.0])
+    count = batch_cap_share(b, d, model.kv_batch_cap)
+    share = cap_share(model, b, d)
+    assert np.all(share > count)
+    assert share == pytest.approx(batch_cap_share(b, d + model.kv_scv, model.kv_batch_cap))
