@@ -26,6 +26,11 @@ MIXES_PREFILL_WITH_DECODE = {"vllm": True, "trtllm": True, "sglang": False}
 CALIBRATION_FILE = Path(__file__).resolve().parent / "calibration" / "engines.json"
 
 
+def _optional(entry: Mapping[str, object], key: str) -> float | None:
+    value = entry.get(key)
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
 @lru_cache(maxsize=1)
 def load_engine_profiles() -> Mapping[str, EngineProfile]:
     """The built-in engine profiles, keyed by engine id."""
@@ -42,6 +47,10 @@ def load_engine_profiles() -> Mapping[str, EngineProfile]:
             allreduce_latency_s=(
                 None if entry.get("allreduce_latency_s") is None else float(entry["allreduce_latency_s"])
             ),
+            allreduce_bandwidth_fraction=_optional(entry, "allreduce_bandwidth_fraction"),
+            allreduce_two_shot_bandwidth_fraction=_optional(entry, "allreduce_two_shot_bandwidth_fraction"),
+            allreduce_two_shot_latency_s=float(entry.get("allreduce_two_shot_latency_s", 0.0)),
+            allreduce_custom_max_bytes=_optional(entry, "allreduce_custom_max_bytes"),
             attention_fixed_s=(
                 None if entry.get("attention_fixed_s") is None else float(entry["attention_fixed_s"])
             ),

@@ -51,10 +51,20 @@ class EfficiencyParams:
     decode_attention_bandwidth_fraction: float
     #: fixed time of one attention kernel (prefill or decode: split-KV reduction, softmax state) [s]
     attention_fixed_s: float
-    #: fraction of scale-up link bandwidth reached by ring all-reduce
+    #: fraction of scale-up link bandwidth reached by ring all-reduce (its bus bandwidth) on two GPUs
     link_bandwidth_fraction: float
     #: fixed latency of one collective on the scale-up fabric [s]
     collective_latency_s: float
+    #: the collective's latency added per peer beyond the first (each GPU more is a step more) [s]
+    collective_latency_per_peer_s: float = 0.0
+    #: a pipelined collective's fill time per peer: the segments' latency it trades against their
+    #: bandwidth (``kernels.allreduce_time_s``) [s]
+    collective_pipeline_s: float = 0.0
+    #: growth of the bus bandwidth fraction with the GPU count, ``(n / 2) ** exponent``, up to
+    #: ``collective_max_gpus`` (NCCL switches algorithms with n: NVLink SHARP at 8 on NVSwitch)
+    link_bandwidth_exponent: float = 0.0
+    #: the largest GPU count the collective's fit saw: its bandwidth growth stops there
+    collective_max_gpus: int = 8
     #: per-score cost of the softmax (exp, max, sum on the CUDA cores) in prefill attention, expressed as
     #: extra head dimensions of tensor-core work [elements]; FA3 overlaps it with the matmuls only in part
     #: (Shah et al., "FlashAttention-3", 2024, Sec. 3: H100 has 989 TFLOP/s of matmul but 3.9 TFLOP/s of exp)

@@ -16,12 +16,16 @@ parameters of earlier stages fixed:
    main-loop ``k_half``, the streaming bandwidth fraction and the fixed kernel time.
 2. Prefill (context) attention, bf16, both engines: attention peak fraction, ``q_half``, fixed time.
 3. Decode (generation) attention, bf16 KV: the KV-streaming bandwidth fraction.
-4. nccl-tests all-reduce (fp16, NCCL 2.27/2.29): link bandwidth fraction and collective latency.
+4. nccl-tests all-reduce (fp16, NCCL 2.27/2.29): NCCL's pipelined ring (``kernels.nccl_allreduce_time_s``):
+   bus bandwidth fraction at 2 GPUs and its growth with n, fixed latency and its part per peer, pipeline
+   fill per peer.
 5. Per engine: a GEMM and an attention efficiency multiplier against the family (vLLM, TensorRT-LLM;
    SGLang's kernels are vLLM's FlashAttention/cuBLAS family and it has no tables, so it takes vLLM's),
    a grouped-GEMM multiplier and a fixed routing/permutation time for the fused MoE kernels (bf16,
-   balanced routing), and each engine's CUDA-graph custom all-reduce latency (median of messages <= 64 KiB, whose time is
-   latency-dominated).
+   balanced routing), and each engine's CUDA-graph custom all-reduce (``fit_custom_allreduce``): its latency
+   (median of messages <= 64 KiB, whose time is latency-dominated), its one-shot and two-shot kernels'
+   bandwidth fractions and the two-shot kernel's extra latency, and the message size above which the
+   engine hands over to NCCL.
 """
 
 from __future__ import annotations
@@ -191,20 +195,65 @@ def fit_attention(gpu: GpuSpec, tables: dict) -> tuple[GpuSpec, dict]:
 
 
 def fit_allreduce(gpu: GpuSpec, nccl: dict[str, np.ndarray]) -> tuple[GpuSpec, dict]:
+    """NCCL's pipelined ring (``kernels.nccl_allreduce_time_s``): the bus bandwidth fraction at 2 GPUs and
+    its growth exponent with n, the fixed latency and its part per peer, the pipeline fill per peer."""
     keep = (nccl["collective"] == "all_reduce") & (nccl["nccl_dtype"] == "half")
     t = {k: v[keep] for k, v in nccl.items()}
+    max_gpus = int(np.max(t["num_gpus"]))
 
     def model(theta: np.ndarray) -> GpuSpec:
-        f_link, lat_us = theta
-        return _with(gpu, link_bandwidth_fraction=f_link, collective_latency_s=lat_us * 1e-6)
+        f_link, lat_us, per_peer_us, pipe_us, exponent = theta
+        return _with(gpu, link_bandwidth_fraction=f_link, collective_latency_s=lat_us * 1e-6,
+                     collective_latency_per_peer_s=per_peer_us * 1e-6, collective_pipeline_s=pipe_us * 1e-6,
+                     link_bandwidth_exponent=exponent, collective_max_gpus=max_gpus)
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         g = model(theta)
-        pred = K.allreduce_time_s(g, num_gpus=t["num_gpus"], message_bytes=t["message_bytes"])
+        pred = K.nccl_allreduce_time_s(g, num_gpus=t["num_gpus"], message_bytes=t["message_bytes"])
         return _log_ratio(pred, t["latency_ms"] * 1e-3)
 
-    res = _robust_fit(residuals, [0.7, 15.0], [0.1, 1.0], [1.0, 200.0])
-    return model(res.x), {"theta": res.x.tolist(), "names": ["f_link", "latency_us"]}
+    res = _robust_fit(residuals, [0.7, 5.0, 0.5, 1.0, 0.3], [0.1, 0.0, 0.0, 0.0, 0.01],
+                      [1.0, 100.0, 20.0, 100.0, 1.0])
+    return model(res.x), {"theta": res.x.tolist(),
+                          "names": ["f_link", "latency_us", "per_peer_us", "pipeline_us", "exponent"]}
+
+
+#: message sizes tried as the largest a custom all-reduce takes before its engine hands over to NCCL
+CUSTOM_SWITCH_BYTES = tuple(float(2**k) for k in range(20, 27))
+
+
+def fit_custom_allreduce(gpu: GpuSpec, table: dict[str, np.ndarray], graph: np.ndarray) -> dict[str, float]:
+    """An engine's CUDA-graph custom all-reduce (``kernels.allreduce_time_s``): its latency (median of the
+    messages <= 64 KiB, latency-dominated); the one-shot and two-shot kernels' bandwidth fractions and the
+    two-shot kernel's extra latency, fitted on the messages up to a switch size; and the switch size (of
+    ``CUSTOM_SWITCH_BYTES``) whose regimes fit the whole table best: median plus 0.3 × p90 of the absolute
+    error, so the tail counts."""
+    n, size = table["num_gpus"][graph], table["message_bytes"][graph]
+    meas = table["latency_ms"][graph] * 1e-3
+    lat = float(np.median(meas[size <= 65536]))
+
+    def predict(theta: np.ndarray, switch: float, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        return K.allreduce_time_s(gpu, num_gpus=n[rows], message_bytes=size[rows], latency_s=lat,
+                                  custom_bandwidth_fraction=theta[0], custom_max_bytes=switch,
+                                  two_shot_bandwidth_fraction=theta[1], two_shot_latency_s=theta[2] * 1e-6)
+
+    best: tuple[float, np.ndarray, float] | None = None
+    for switch in CUSTOM_SWITCH_BYTES:
+        below = size <= switch
+        def residuals(x: np.ndarray, below=below, switch=switch) -> np.ndarray:
+            return _log_ratio(predict(x, switch, below), meas[below])
+
+        theta = _robust_fit(residuals, [0.6, 0.7, 5.0], [0.05, 0.05, 0.0], [1.5, 1.5, 50.0]).x
+        err = np.abs(predict(theta, switch) / meas - 1.0)
+        score = float(np.median(err) + 0.3 * np.percentile(err, 90))
+        if best is None or score < best[0]:
+            best = (score, theta, switch)
+    assert best is not None
+    _, theta, switch = best
+    return {"allreduce_latency_s": round(lat, 8), "allreduce_bandwidth_fraction": round(float(theta[0]), 4),
+            "allreduce_two_shot_bandwidth_fraction": round(float(theta[1]), 4),
+            "allreduce_two_shot_latency_s": round(float(theta[2]) * 1e-6, 9),
+            "allreduce_custom_max_bytes": switch}
 
 
 def _moe_pred(g: GpuSpec, t: dict[str, np.ndarray], scale: float, overhead_s: float) -> np.ndarray:
@@ -250,8 +299,6 @@ def fit_engine_scales(gpu: GpuSpec, tables: dict) -> dict[str, dict[str, float]]
         ar = tables[(engine, "custom_allreduce", "bf16")]
         graph = np.array(["graph" in str(b) or str(b) == "trtllm" for b in ar.get("backend", ar.get(
             "implementation", np.array(["trtllm"] * len(ar["latency_ms"]))))])
-        small = graph & (ar["message_bytes"] <= 65536)
-        lat = float(np.median(ar["latency_ms"][small]) * 1e-3)
         out[engine] = {"gemm_efficiency_scale": round(float(s_gemm), 4),
                        "attention_efficiency_scale": round(float(s_att), 4),
                        "attention_fixed_s": round(float(fixed_att) * 1e-6, 9),
@@ -259,18 +306,35 @@ def fit_engine_scales(gpu: GpuSpec, tables: dict) -> dict[str, dict[str, float]]
                        "decode_attention_blocks_per": BLOCKS_PER[engine],
                        "moe_efficiency_scale": round(float(s_moe), 4),
                        "moe_overhead_s": round(float(moe_us) * 1e-6, 9),
-                       "allreduce_latency_s": round(lat, 8)}
+                       **fit_custom_allreduce(gpu, ar, graph)}
     sg = tables.get(("sglang", "custom_allreduce", "bf16"))
     # SGLang's decode attention is FlashInfer/FA3 like vLLM's: it takes vLLM's attention fit
     out["sglang"] = dict(out["vllm"])
     if sg is not None:
         graph = np.array(["graph" in str(b) for b in sg["backend"]])
-        small = graph & (sg["message_bytes"] <= 65536)
-        out["sglang"]["allreduce_latency_s"] = round(float(np.median(sg["latency_ms"][small]) * 1e-3), 8)
+        out["sglang"].update(fit_custom_allreduce(gpu, sg, graph))
     return out
 
 
 def report(gpu: GpuSpec, tables: dict, engines: dict) -> None:
+    t = tables[("nccl", "all_reduce", "fp16")]
+    t = {k: v[(t["collective"] == "all_reduce") & (t["nccl_dtype"] == "half")] for k, v in t.items()}
+    pred = K.nccl_allreduce_time_s(gpu, num_gpus=t["num_gpus"], message_bytes=t["message_bytes"])
+    print("  fit-rows nccl all_reduce fp16: median/p90 APE = %.1f / %.1f %%"
+          % _ape(pred, t["latency_ms"] * 1e-3))
+    for e in ("trtllm", "vllm", "sglang"):
+        t = tables[(e, "custom_allreduce", "bf16")]
+        kind = t.get("backend", t.get("implementation"))
+        graph = np.array(["graph" in str(b) or str(b) == "trtllm" for b in kind])
+        p = engines[e]
+        pred = K.allreduce_time_s(gpu, num_gpus=t["num_gpus"][graph], message_bytes=t["message_bytes"][graph],
+                                  latency_s=p["allreduce_latency_s"],
+                                  custom_bandwidth_fraction=p["allreduce_bandwidth_fraction"],
+                                  custom_max_bytes=p["allreduce_custom_max_bytes"],
+                                  two_shot_bandwidth_fraction=p["allreduce_two_shot_bandwidth_fraction"],
+                                  two_shot_latency_s=p["allreduce_two_shot_latency_s"])
+        print(f"  fit-rows {e} custom all-reduce (CUDA graph): %.1f / %.1f %%"
+              % _ape(pred, t["latency_ms"][graph] * 1e-3))
     for key in (("trtllm", "gemm", "bf16"), ("vllm", "gemm", "bf16"), ("trtllm", "gemm", "fp8")):
         t = tables[key]
         dt = "fp8" if key[2] == "fp8" else "bf16"

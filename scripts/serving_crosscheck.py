@@ -277,7 +277,7 @@ def worst_section(comparisons: Sequence[Comparison]) -> list[str]:
 #: the hand-written reading of the misses: one paragraph per mechanism (whitespace is normalized)
 READINGS = (
     """Hand-written (in `scripts/serving_crosscheck.py`) from the runs of 2026-12-01 that gave 36, 37, 40,
-    44, 47 and 48 of 54 groups and those of 2026-12-02 that gave 50 and 51 (twice); the tables above are
+    44, 47 and 48 of 54 groups and those of 2026-12-02 that gave 50, 51 (twice) and 50; the tables above are
     regenerated, this reading is not: re-read it after changing `planner/serving/`.""",
     """- **What moved the report from 20 to 44 passing groups** (each a change of the closed form, except
     the first). (1) The simulation's runs at ρ = 0.9 were too short: with 4000 requests the disaggregated
@@ -479,6 +479,12 @@ READINGS = (
     against a constant 43 ms, −11 %); why its loop does not settle into one spacing was not examined. With lognormal lengths nothing locks, and the mean-value analysis with the machine-repair law
     of the wait matches the simulation (at N = 64 the p99 went from +42 % with an open queue's exponential
     tail to −8 %).""",
+    """- **Unchunked closed loop, Qwen3-32B N = 64: TTFT p99 +25.3 % (667 against 532 ms; 51 → 50 groups,
+    2026-12-02).** It was +22 % (660 against 543 ms) until the collectives' laws changed that day (NCCL's
+    pipelined ring, the engines' one- and two-shot custom all-reduce; `docs/accuracy_notes.md`, *Kernel
+    tables*), which moved TP2's step times by ~1 % and the simulated p99 by −2 %; nothing in the queueing
+    changed. Its mean (−6 %) and p90 (+7 %) pass: the closed form's exponential wait has a heavier tail
+    than a loop of 64 clients, whose queue cannot hold more than the other 63 prompts. Not modelled.""",
     """- **A prefill worker that batches prompts** (second sensitivity run) drains a burst in fewer, larger
     passes: from ρ ≈ 0.7 its queue is shorter than the one-prompt-per-pass M/G/1 of the closed form, by a
     third or more at ρ = 0.9.""",

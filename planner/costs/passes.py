@@ -315,7 +315,7 @@ def _group_ops(
     # TP all-reduce after the attention output projection
     if tp > 1:
         msg = att_tokens * hidden * ACT_BYTES
-        t = K.allreduce_time_s(gpu, num_gpus=tp, message_bytes=msg, latency_s=eng.allreduce_latency_s)
+        t = K.engine_allreduce_time_s(gpu, eng, num_gpus=tp, message_bytes=msg)
         p.add("allreduce.attention", "communication", layers * t, lambda: (0.0, layers * 2.0 * msg))
 
     # feed-forward
@@ -366,7 +366,7 @@ def _group_ops(
         ffn_comm_gpus = tp
     if ffn_comm_gpus > 1:
         msg = ffn_comm_tokens * hidden * ACT_BYTES
-        t = K.allreduce_time_s(gpu, num_gpus=ffn_comm_gpus, message_bytes=msg, latency_s=eng.allreduce_latency_s)
+        t = K.engine_allreduce_time_s(gpu, eng, num_gpus=ffn_comm_gpus, message_bytes=msg)
         p.add("allreduce.ffn", "communication", layers * t, lambda: (0.0, layers * 2.0 * msg))
 
     # two fused residual-add + RMSNorm kernels per layer (each reads residual and input, writes both)

@@ -39,6 +39,13 @@ class EngineProfile:
     attention_efficiency_scale: float = 1.0
     #: custom all-reduce latency for small messages [s]
     allreduce_latency_s: float | None = None
+    #: the custom all-reduce (``kernels.allreduce_time_s``): its one-shot kernel's fraction of the scale-up
+    #: link bandwidth, its two-shot kernel's fraction and extra latency [s], and the largest message it
+    #: takes (larger ones go to NCCL) [bytes]; None: NCCL's bandwidth terms after ``allreduce_latency_s``
+    allreduce_bandwidth_fraction: float | None = None
+    allreduce_two_shot_bandwidth_fraction: float | None = None
+    allreduce_two_shot_latency_s: float = 0.0
+    allreduce_custom_max_bytes: float | None = None
     #: fixed time of this engine's attention kernels (None: the GPU family's) [s]
     attention_fixed_s: float | None = None
     #: decode attention runs one thread block per (sequence, KV head) when it packs the query heads of a

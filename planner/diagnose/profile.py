@@ -88,6 +88,8 @@ def calibrated_gpu(gpu: GpuSpec, profile: CalibrationProfile | None) -> GpuSpec:
         decode_attention_bandwidth_fraction=min(eff.decode_attention_bandwidth_fraction * mem, MAX_FRACTION),
         link_bandwidth_fraction=min(eff.link_bandwidth_fraction * coll, MAX_FRACTION),
         collective_latency_s=eff.collective_latency_s / coll,
+        collective_latency_per_peer_s=eff.collective_latency_per_peer_s / coll,
+        collective_pipeline_s=eff.collective_pipeline_s / coll,
     ))
 
 
@@ -96,10 +98,15 @@ def calibrated_engine(engine: EngineProfile, profile: CalibrationProfile | None)
     it can be capped at the datasheet peak)."""
     if profile is None or profile.is_identity:
         return engine
+    coll = profile.collective_efficiency_scale
     out = replace(
         engine,
-        allreduce_latency_s=(None if engine.allreduce_latency_s is None
-                             else engine.allreduce_latency_s / profile.collective_efficiency_scale),
+        allreduce_latency_s=None if engine.allreduce_latency_s is None else engine.allreduce_latency_s / coll,
+        allreduce_two_shot_latency_s=engine.allreduce_two_shot_latency_s / coll,
+        allreduce_bandwidth_fraction=(None if engine.allreduce_bandwidth_fraction is None
+                                      else engine.allreduce_bandwidth_fraction * coll),
+        allreduce_two_shot_bandwidth_fraction=(None if engine.allreduce_two_shot_bandwidth_fraction is None
+                                               else engine.allreduce_two_shot_bandwidth_fraction * coll),
     )
     if profile.step_overhead_s is not None:
         out = replace(out, step_overhead_s=profile.step_overhead_s)

@@ -52,8 +52,9 @@ assert np.array_equal(CHUNK_FRACTIONS[1:], 2.0 ** np.arange(-_LAST_SEGMENT, 1.0)
 NUM_BATCH_POINTS = 20
 #: largest prefill-lane utilization treated as stable
 MAX_UTILIZATION = 0.995
-#: passes of the chunked lane's fixed point (utilization and top-up share): converged to ~1e-4 in u
-TOP_UP_PASSES = 6
+#: secant steps of the chunked lane's top-up share (``_top_up_share``) after two plain passes; a closed
+#: loop's share is the lane's busy share u, whose three plain passes were always enough
+TOP_UP_SECANT_STEPS, CLOSED_LOOP_PASSES = 2, 3
 #: decode batches of the λ(B) curve an arrival rate is interpolated on (geometric from 1e-3 to the cap)
 CURVE_POINTS = 48
 #: rounds and points of the search for the end of the stable branch between two curve points
@@ -440,20 +441,12 @@ class AggregatedModel:
         t_alone = tb.at_segments(seg, last)
         t_topped = tb.at_segments(seg, last + spare)
         alone_mean, topped_mean = t_alone @ wv, t_topped @ wv
-        u = np.zeros_like(b)
-        u_top = u
-        lam_prev = np.zeros_like(b) if rate_per_s is None else np.broadcast_to(rate_per_s, b.shape)
-        for _ in range(TOP_UP_PASSES):
-            if self.closed_loop:
-                # a closed loop's prompts come at iteration ends, often several at one (the clients whose
-                # streams ended together), not as Poisson arrivals: the lane's busy share, as before
-                # 2026-12-02. The Poisson law below, tried on the serving benchmarks (all closed loops),
-                # moved dense TTFT 18.9 → 19.3 %, vLLM 26.7 → 28.8 %, TensorRT-LLM 20.3 → 21.9 %
-                u_top = np.minimum(u, MAX_UTILIZATION)
-            else:
-                u_top = _top_up_share(u, lam_prev, t_alone, wv)
-            tokens_per_iter = (base_tokens + u_top * spare_tokens) / iters_per_req
-            tau_m = (full_share * t_full[:, 0] + alone_mean + u_top * (topped_mean - alone_mean)) / iters_per_req
+        full_s = full_share * t_full[:, 0]
+
+        def lane(top: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+            """(τ_m, mixed iterations per request, λ, u) with a share ``top`` of last chunks topped up."""
+            tokens_per_iter = (base_tokens + top * spare_tokens) / iters_per_req
+            tau_m = (full_s + alone_mean + top * (topped_mean - alone_mean)) / iters_per_req
             k = self.mean_prompt_compute / tokens_per_iter  # mixed iterations per request
             if rate_per_s is None:
                 if steps > 0:
@@ -462,9 +455,42 @@ class AggregatedModel:
                 else:
                     lam = np.where(b > 0, np.inf, 0.0)
             else:
-                lam = rate_per_s
-            u = lam * k * tau_m
-            lam_prev = lam
+                lam = np.broadcast_to(rate_per_s, b.shape)
+            return tau_m, k, lam, lam * k * tau_m
+
+        if self.closed_loop:
+            # a closed loop's prompts come at iteration ends, often several at one (the clients whose streams
+            # ended together), not as Poisson arrivals: the share topped up is the lane's busy share, as
+            # before 2026-12-02. The Poisson law below, tried on the serving benchmarks (all closed loops),
+            # moved dense TTFT 18.9 → 19.3 %, vLLM 26.7 → 28.8 %, TensorRT-LLM 20.3 → 21.9 %
+            u = np.zeros_like(b)
+            for _ in range(CLOSED_LOOP_PASSES):
+                u_top = np.minimum(u, MAX_UTILIZATION)
+                tau_m, k, lam, u = lane(u_top)
+        else:
+            e_fixed = (None if rate_per_s is None
+                       else np.exp(-np.broadcast_to(rate_per_s, b.shape)[..., None] * t_alone) @ wv)
+
+            def step(top: FloatArray) -> tuple[FloatArray, tuple[FloatArray, ...]]:
+                state = lane(top)
+                return _top_up_share(state[3], state[2], t_alone, wv, e_alone=e_fixed), state
+
+            # the share solves top = g(top), g falling (more tokens per iteration, fewer iterations): two
+            # plain passes, then secant steps on g(top) − top (to ~1e-4 of u on the crosscheck's curves)
+            x0 = np.zeros_like(b)
+            g0, _ = step(x0)
+            x1 = g0
+            g1, state = step(x1)
+            for _ in range(TOP_UP_SECANT_STEPS):
+                f0, f1 = g0 - x0, g1 - x1
+                slope = f1 - f0
+                ok = np.isfinite(slope) & (np.abs(slope) > 1e-12)
+                x2 = np.where(ok, x1 - f1 * (x1 - x0) / np.where(ok, slope, 1.0), g1)
+                x0, g0 = x1, g1
+                x1 = np.clip(np.nan_to_num(x2, nan=0.0), 0.0, MAX_UTILIZATION)
+                g1, state = step(x1)
+            u_top = x1
+            tau_m, k, lam, u = state
         r_mixed = lam * k
         r_dec = np.maximum(1.0 - u, 0.0) / tau_d
         tau_bar = 1.0 / np.maximum(r_mixed + r_dec, 1e-300)
@@ -785,7 +811,8 @@ class AggregatedModel:
 PHASE_ITERATIONS = 24
 
 
-def _top_up_share(u: FloatArray, lam: FloatArray, t_alone: FloatArray, weights: FloatArray) -> FloatArray:
+def _top_up_share(u: FloatArray, lam: FloatArray, t_alone: FloatArray, weights: FloatArray,
+                  e_alone: FloatArray | None = None) -> FloatArray:
     """Probability that a prompt's last chunk is topped up: another prompt waits when its iteration starts.
 
     Taking the lane as an M/G/1 queue of prompts, a departing prompt leaves it empty with probability
@@ -796,7 +823,8 @@ def _top_up_share(u: FloatArray, lam: FloatArray, t_alone: FloatArray, weights: 
     (the share this law replaces) by the arrivals that come too late for the chunk. At ρ = 0.9 of
     Qwen3-32B's chunked capacity it is 0.60 against u = 0.77, and the mixed iterations carry 1568 prompt
     tokens on average, the reference simulation's 1566 (2026-12-02; with u, 1686)."""
-    e_alone = np.exp(-np.asarray(lam, dtype=np.float64)[..., None] * t_alone) @ weights
+    if e_alone is None:
+        e_alone = np.exp(-np.asarray(lam, dtype=np.float64)[..., None] * t_alone) @ weights
     return np.clip(1.0 - (1.0 - u) / np.maximum(e_alone, 1e-300), 0.0, np.minimum(u, MAX_UTILIZATION))
 
 

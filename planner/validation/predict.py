@@ -182,10 +182,9 @@ def _moe(
 def _custom_allreduce(
     gpu: GpuSpec, key: TableKey, t: Mapping[str, np.ndarray], engine: EngineProfile | None
 ) -> np.ndarray:
-    latency = None if engine is None else engine.allreduce_latency_s
-    return K.allreduce_time_s(
-        gpu, num_gpus=t["num_gpus"], message_bytes=t["message_bytes"], latency_s=latency
-    )
+    if engine is None:
+        return K.allreduce_time_s(gpu, num_gpus=t["num_gpus"], message_bytes=t["message_bytes"])
+    return K.engine_allreduce_time_s(gpu, engine, num_gpus=t["num_gpus"], message_bytes=t["message_bytes"])
 
 
 def _nccl(

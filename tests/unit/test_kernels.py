@@ -245,16 +245,74 @@ def test_moe_time_is_monotone_in_tokens(gpu, tokens, extra, shape, ep):
 # --------------------------------------------------------------------------------------------------
 
 
-def test_ring_allreduce_traffic_and_latency():
-    size = 256 * 2**20
-    alpha = H100.efficiency.collective_latency_s
-    assert float(K.allreduce_time_s(H100, num_gpus=1, message_bytes=size)) == 0.0
-    t2, t8 = (float(K.allreduce_time_s(H100, num_gpus=n, message_bytes=size)) for n in (2, 8))
-    # a ring moves 2 (n-1)/n of the buffer over each link: 2·7/8 at 8 GPUs against 2·1/2 at 2 GPUs
-    assert (t8 - alpha) / (t2 - alpha) == pytest.approx(1.75, rel=1e-12)
-    assert t8 >= 2 * 7 / 8 * size / H100.scale_up_bandwidth_bytes_per_s
-    # a tiny message costs the fabric's fixed latency
-    assert float(K.allreduce_time_s(H100, num_gpus=8, message_bytes=2)) == pytest.approx(alpha, rel=1e-3)
+def _alpha_beta(gpu: GpuSpec) -> GpuSpec:
+    eff = dataclasses.replace(gpu.efficiency, collective_latency_per_peer_s=0.0, collective_pipeline_s=0.0,
+                              link_bandwidth_exponent=0.0)
+    return dataclasses.replace(gpu, efficiency=eff)
+
+
+def test_without_pipeline_terms_the_ring_is_alpha_beta():
+    plain = _alpha_beta(H100)
+    eff = plain.efficiency
+    for n, size in ((2, 1e3), (4, 3e6), (8, 256 * 2**20)):
+        want = eff.collective_latency_s + 2 * (n - 1) / n * size / (
+            H100.scale_up_bandwidth_bytes_per_s * eff.link_bandwidth_fraction)
+        assert float(K.nccl_allreduce_time_s(plain, num_gpus=n, message_bytes=size)) == pytest.approx(want)
+    assert float(K.allreduce_time_s(H100, num_gpus=1, message_bytes=2**20)) == 0.0
+
+
+def test_the_pipelined_ring_pays_its_fill_between_latency_and_bandwidth():
+    eff = H100.efficiency
+    bw = H100.scale_up_bandwidth_bytes_per_s
+    for n in (2, 4, 8):
+        peers = n - 1
+        bus = bw * eff.link_bandwidth_fraction * (n / 2) ** eff.link_bandwidth_exponent
+        fixed = eff.collective_latency_s + eff.collective_latency_per_peer_s * peers
+        for size in (2.0, 2**16, 2**22, 2**28):
+            traffic = 2 * peers / n * size
+            t = float(K.nccl_allreduce_time_s(H100, num_gpus=n, message_bytes=size))
+            cross = 2 * np.sqrt(eff.collective_pipeline_s * peers * traffic / bus)
+            assert t == pytest.approx(fixed + eff.collective_pipeline_s * peers + traffic / bus + cross)
+        # a tiny message costs the latencies and the pipeline's fill
+        tiny = float(K.nccl_allreduce_time_s(H100, num_gpus=n, message_bytes=2))
+        assert tiny == pytest.approx(fixed + eff.collective_pipeline_s * peers, rel=1e-2)
+
+
+def test_the_bus_bandwidth_grows_with_the_gpus_only_as_far_as_the_fit_saw():
+    eff = H100.efficiency
+    big = 2.0**34  # bandwidth-bound
+    per_byte = {n: float(K.nccl_allreduce_time_s(H100, num_gpus=n, message_bytes=big))
+                / (2 * (n - 1) / n * big) for n in (2, 8, 16, 64)}
+    assert per_byte[2] / per_byte[8] == pytest.approx(4.0 ** eff.link_bandwidth_exponent, rel=0.02)
+    assert per_byte[16] == pytest.approx(per_byte[8], rel=0.02) == per_byte[64]
+    assert eff.collective_max_gpus == 8
+
+
+def test_an_all_to_all_is_one_step_at_the_two_gpu_bandwidth():
+    eff = H100.efficiency
+    big = 2.0**34
+    t2, t8 = (float(K.all_to_all_time_s(H100, num_gpus=n, message_bytes=big)) for n in (2, 8))
+    # (n − 1)/n of the bytes leave each GPU, over one step: 7/8 against 1/2, no growth of the bandwidth
+    assert t8 / t2 == pytest.approx(1.75, rel=0.01)
+    tiny = float(K.all_to_all_time_s(H100, num_gpus=8, message_bytes=2))
+    assert tiny == pytest.approx(eff.collective_latency_s + 7 * eff.collective_latency_per_peer_s
+                                 + eff.collective_pipeline_s, rel=1e-2)
+
+
+def test_an_engine_all_reduce_takes_the_faster_custom_kernel_up_to_its_switch():
+    args = dict(latency_s=4e-6, custom_bandwidth_fraction=0.6, custom_max_bytes=8 * 2**20,
+                two_shot_bandwidth_fraction=0.75, two_shot_latency_s=5e-6)
+    bw = H100.scale_up_bandwidth_bytes_per_s
+    for n, size in ((2, 2**12), (8, 2**16), (8, 2**22), (4, 8 * 2**20)):
+        one = 4e-6 + (n - 1) * size / (0.6 * bw)
+        two = 9e-6 + 2 * (n - 1) / n * size / (0.75 * bw)
+        got = float(K.allreduce_time_s(H100, num_gpus=n, message_bytes=size, **args))
+        assert got == pytest.approx(min(one, two))
+    # one shot for small messages on many GPUs would read 7 peers' buffers: two shots win at 4 MiB
+    one_shot = 4e-6 + 7 * 2**22 / (0.6 * bw)
+    assert float(K.allreduce_time_s(H100, num_gpus=8, message_bytes=2**22, **args)) < one_shot
+    above = float(K.allreduce_time_s(H100, num_gpus=8, message_bytes=64 * 2**20, **args))
+    assert above == pytest.approx(float(K.nccl_allreduce_time_s(H100, num_gpus=8, message_bytes=64 * 2**20)))
 
 
 @PROPERTY

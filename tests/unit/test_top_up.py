@@ -102,7 +102,7 @@ def test_mixed_iterations_carry_the_simulated_prompt_tokens(label, monkeypatch):
         return lam * model.mean_prompt_compute / float(st.mixed_iteration_rate_per_s[0])
 
     assert per_mixed_iteration() == pytest.approx(simulated, rel=0.04)
-    monkeypatch.setattr(A, "_top_up_share", lambda u, *_: np.minimum(u, A.MAX_UTILIZATION))
+    monkeypatch.setattr(A, "_top_up_share", lambda u, *_, **__: np.minimum(u, A.MAX_UTILIZATION))
     assert per_mixed_iteration() > 1.07 * simulated  # the busy share, the law before
 
 
