@@ -403,7 +403,7 @@ def main() -> None:
         for engine, fields in engines.items():
             current[engine].update(fields)
             note = current[engine].get("fitted_on", "")
-            kern = ("kernel scales and all-reduce latency: scripts/fit_kernels.py on shared/data/kernels/h100_sxm"
+            kern = ("kernel scales and custom all-reduce: scripts/fit_kernels.py on shared/data/kernels/h100_sxm"
                     + (" (SGLang has no GEMM/attention tables: takes vLLM's scales)" if engine == "sglang" else ""))
             parts = [p for p in note.split("; ") if p and not p.startswith("kernel scales") and
                      not p.startswith("initial values")]
