@@ -341,18 +341,19 @@ READINGS = (
     """- **ρ = 0.9, Qwen3-32B aggregated chunked: TTFT p99 −37 % (1693 against 2699 ms).** The operating point
     sits near the fold of λ(B), where B = λ·(E[O] − 1)·τ̄(B) feeds itself: a busier prefill lane grows the
     batch, which lengthens every iteration. **The lane was too fast (2026-12-02, later: p99 −41 → −37 %, mean
-    −12.5 → −8.8 %).** The closed form's mixed iterations carried 1686 prompt tokens on average, the
-    simulation's 1548 / 1544 (12000 requests, seeds 0 and 1): a prompt's last chunk was topped up with the
+    −12.5 → −8.8 %).** The closed form's mixed iterations carried 1687 prompt tokens on average, the
+    simulation's 1545 / 1545 (12000 requests, seeds 0 and 1): a prompt's last chunk was topped up with the
     next prompt's tokens with the lane's busy share u, which counts the prompts that arrive while that chunk runs.
     The share with a prompt already waiting when its iteration starts, 1 − (1 − u) / E[exp(−λ·t_alone)] for
-    Poisson arrivals (`aggregated._top_up_share`), gives 1568, and 1274 / 1369 / 1542 against the simulated
-    1260 / 1349 / 1525 for Llama-3.1-8B at ρ = 0.5 / 0.7 / 0.9 (`tests/unit/test_top_up.py`). Closed loops
+    Poisson arrivals (`aggregated._top_up_share`), gives 1570, and 1273 / 1372 / 1533 against the simulated
+    1255 / 1345 / 1518 for Llama-3.1-8B at ρ = 0.5 / 0.7 / 0.9 (`tests/unit/test_top_up.py`). Closed loops
     keep the busy share: their prompts come at iteration ends, and on the serving benchmarks (all closed loops) the
-    Poisson law moved the dense TTFT error 18.9 → 19.3 % (vLLM 26.7 → 28.8 %). What is left of the gap: the
-    closed form's lane is busy 0.767 of the time, the simulation's 0.784 / 0.784 / 0.795 (seeds 0–2, 36000
-    requests), with a batch of 112 against 119–126; the closed form reaches that batch and utilization at
-    9.03 requests/s instead of 8.90, so 1.5 % of rate, which the fold magnifies into the batch. In the
-    simulator, freezing the decode batch of the mixed iterations' cost at 113 (seeds 0 and 1) took the TTFT
+    Poisson law moved the dense TTFT error 18.9 → 19.3 % (vLLM 26.7 → 28.8 %). What is left of the gap (at the
+    grid's 8.80 requests/s): the closed form's lane is busy 0.766 of the time, the simulation's 0.794 /
+    0.782 / 0.782 (seeds 0–2, 36000 requests), with a batch of 110 against 123 / 118 / 116; the closed form
+    reaches that utilization at ~8.93 requests/s, so 1.5 % of rate, which the fold magnifies into the
+    batch. In the simulator (at 8.90 requests/s, before that day's change of the collectives' laws),
+    freezing the decode batch of the mixed iterations' cost at 113 (seeds 0 and 1) took the TTFT
     p99 from 5.1 / 2.3 s to 2.7 / 1.9 s and the mean from 520 / 446 to 459 / 431 ms; costing every chunk at
     offset zero instead, to 3.7 / 1.8 s. The simulated tail is made of rare congestion episodes of the
     prefill lane, some after the decode batch reached the KV cache's capacity (199 sequences of 1631 tokens;

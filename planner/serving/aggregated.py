@@ -819,10 +819,10 @@ def _top_up_share(u: FloatArray, lam: FloatArray, t_alone: FloatArray, weights: 
     1 − u (departures see what arrivals see, and arrivals see the time average: PASTA). It leaves it empty
     exactly when nobody waited as its last chunk started and nobody arrived during that chunk's iteration,
     which then ran alone (``t_alone`` per prompt point, Poisson arrivals at ``lam``). So nobody waited with
-    probability (1 − u) / E[exp(−λ·t_alone)], and the share topped up is one less that; it is below u
+    probability (1 − u) / E[exp(−λ·t_alone)], and the share topped up is one minus that; it is below u
     (the share this law replaces) by the arrivals that come too late for the chunk. At ρ = 0.9 of
-    Qwen3-32B's chunked capacity it is 0.60 against u = 0.77, and the mixed iterations carry 1568 prompt
-    tokens on average, the reference simulation's 1566 (2026-12-02; with u, 1686)."""
+    Qwen3-32B's chunked capacity it is 0.60 against u = 0.77, and the mixed iterations carry 1570 prompt
+    tokens on average, the reference simulation's 1545 (2026-12-02, 12000 requests; with u, 1687)."""
     if e_alone is None:
         e_alone = np.exp(-np.asarray(lam, dtype=np.float64)[..., None] * t_alone) @ weights
     return np.clip(1.0 - (1.0 - u) / np.maximum(e_alone, 1e-300), 0.0, np.minimum(u, MAX_UTILIZATION))

@@ -6,8 +6,8 @@ only if that prompt is already waiting when the iteration is planned; the law is
 for Poisson arrivals. Until 2026-12-02 the share was the lane's busy share u, which counts the arrivals
 during the last chunk too. Measured when written (12000 requests, seeds 0 and 1, the crosscheck grid's
 chunked lognormal scenarios): mean prompt tokens per mixed iteration, simulated / closed form / with u:
-Llama-3.1-8B ρ = 0.5 1260 / 1274 / 1418, ρ = 0.9 1525 / 1542 / 1669; Qwen3-32B ρ = 0.5 1280 / 1319 /
-1466, ρ = 0.9 1548 / 1568 / 1686.
+Llama-3.1-8B ρ = 0.5 1255 / 1273 / 1415, ρ = 0.9 1518 / 1533 / 1664; Qwen3-32B ρ = 0.5 1279 / 1319 /
+1466, ρ = 0.9 1545 / 1570 / 1687.
 """
 
 from __future__ import annotations
