@@ -166,6 +166,14 @@ EVALUATE_BODIES = {
                      "output_tokens": {"distribution": "lognormal", "median": 300, "p90": 900},
                      "arrival": {"kind": "poisson", "rate_per_s": 8.0}},
     },
+    "aggregated unchunked, closed loop 64, lognormal lengths, Qwen3-32B tp2": {
+        "model": "Qwen/Qwen3-32B",
+        "deployment": {"mode": "aggregated", "gpu": "h100-sxm", "parallelism": {"tp": 2},
+                       "chunked_prefill": False, "token_budget": 8192},
+        "workload": {"input_tokens": {"distribution": "lognormal", "median": 1000, "p90": 3000},
+                     "output_tokens": {"distribution": "lognormal", "median": 150, "p90": 450},
+                     "arrival": {"kind": "closed_loop", "concurrency": 64}},
+    },
     "disaggregated 2×tp2 + 1×tp4, Poisson 4/s, Llama-3.1-70B": {
         "model": "meta-llama/Llama-3.1-70B",
         "deployment": {"mode": "disaggregated",

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from planner.costs.passes import mixed_step_latency_many
 from planner.errors import InvalidInput, PlannerError
 from planner.serving import queueing as Q
-from planner.serving.aggregated import AggregatedModel, stream_mixed_share
+from planner.serving.aggregated import AggregatedModel, stream_mixed_share, unchunked_closed_wait_points
 from planner.serving.batch import (  # noqa: F401 (QUANTILES, TPOT_POINTS, FLUCTUATION_Z: part of this module's API)
     FLUCTUATION_Z,
     QUANTILES,
@@ -295,6 +295,14 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     wq_f = wq if np.isfinite(wq) else 0.0
     p_w = np.full(shifts.shape, p_wait if wq_f > 0 else 0.0)
     m_w = np.full(shifts.shape, wq_f)
+    wait_as_points = model.closed_loop and not dep.chunked_prefill and extra == 0 and wq_f > 0
+    if wait_as_points:
+        # unchunked, a prompt waits for the prefills it shares a pass with and the rest of a stall it lands
+        # in: a bounded law as points (TTFT = shift + wait, weights multiplied), not an exponential
+        wait_v, wait_w = unchunked_closed_wait_points(st, i, model.in_weights, overhead, scale)
+        shifts = (shifts[:, None] + wait_v[None, :]).ravel()
+        in_w = (in_w[:, None] * wait_w[None, :]).ravel()
+        p_w, m_w = np.zeros(shifts.shape), np.zeros(shifts.shape)
     clients_rep = float(w.arrival.concurrency) / replicas if w.arrival.kind == "closed_loop" else None
     # (a saturated loop queues for batch slots: its TTFT is the queue, not lock-step groups)
     lock = (model.lockstep_points(float(st.batch[i]), clients_rep) if clients_rep is not None and extra == 0
@@ -339,17 +347,20 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     tpot_mean, tpot_q = _tpot_distribution(itl_v, itl_w, out_v, out_w)
     # e2e over prompt × output points, re-binned per waiting regime (queued, lock-step) to keep it cheap
     pts, wts, pws, mws = [], [], [], []
-    for regime in np.unique(np.stack([p_w, m_w], axis=1), axis=0):
-        sel = (p_w == regime[0]) & (m_w == regime[1])
+    for regime in np.unique(p_w + 1j * m_w):  # (p, mean) pairs, sorted; cheaper than a row-wise unique
+        sel = (p_w == regime.real) & (m_w == regime.imag)
         if float(np.sum(in_w[sel])) <= 0.0:
             continue
-        grid = shifts[sel][:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean
-        v, wt = compress_points(grid, in_w[sel][:, None] * out_w[None, :], MAX_POINTS // 4)
         share = float(np.sum(in_w[sel]))
+        s_v, s_w = shifts[sel], in_w[sel]
+        if wait_as_points and s_v.size > MAX_POINTS // 4:  # prompt × wait points: re-binned first
+            s_v, s_w = compress_points(s_v, s_w, MAX_POINTS // 4)
+        grid = s_v[:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean
+        v, wt = compress_points(grid, s_w[:, None] * out_w[None, :], MAX_POINTS // 4)
         pts.append(v)
         wts.append(wt * share)
-        pws.append(np.full(v.shape, regime[0]))
-        mws.append(np.full(v.shape, regime[1]))
+        pws.append(np.full(v.shape, regime.real))
+        mws.append(np.full(v.shape, regime.imag))
     e2e_q = Q.quantiles_of_shifted_wait(np.concatenate(pts), np.concatenate(wts), p_wait=np.concatenate(pws),
                                         mean_wait_s=np.concatenate(mws), quantiles=QUANTILES)
     e2e_mean = ttft_mean + model.mean_decode_steps * itl_mean

@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
@@ -403,3 +405,82 @@ def closed_queue_wait_points(*, clients: float, service_mean_s: float, service_s
     mean = float(np.dot(values, weights))
     values = values * (mean_wait_s / mean) if mean > 0 else values
     return np.concatenate([[0.0], values]), np.concatenate([[p0], weights])
+
+
+def binned_points(values: ArrayLike, weights: ArrayLike, edges: FloatArray = CLOSED_WAIT_EDGES
+                  ) -> tuple[FloatArray, FloatArray]:
+    """A discrete law (values, weights) re-binned at the probability ``edges``: each point joins the bin its
+    mid-probability falls in, and a bin is its points' mean with their mass. The mean and the total mass are
+    kept; the tail keeps the resolution of the edges (``CLOSED_WAIT_EDGES``: finer where a p99 is read)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    keep = w > 0
+    v, w = v[keep], w[keep]
+    total = float(np.sum(w))
+    if v.size == 0 or total <= 0:
+        return np.zeros(1), np.zeros(1)
+    order = np.argsort(v, kind="stable")
+    v, p = v[order], w[order] / total
+    mid = np.cumsum(p) - 0.5 * p
+    nb = edges.size - 1
+    b = np.clip(np.searchsorted(edges, mid, side="right") - 1, 0, nb - 1)
+    mass = np.bincount(b, weights=p, minlength=nb)
+    first = np.bincount(b, weights=p * v, minlength=nb)
+    nz = mass > 0
+    return first[nz] / mass[nz], mass[nz] * total
+
+
+#: most terms of a compound Poisson law convolved one by one, and the Poisson mass left to the gamma law of
+#: the rest (``compound_poisson_points``): below the p99.9's resolution
+COMPOUND_TERMS, COMPOUND_REST = 12, 1e-5
+
+
+def compound_poisson_points(mean_count: float, values: ArrayLike, weights: ArrayLike
+                            ) -> tuple[FloatArray, FloatArray]:
+    """The law of ``X_1 + … + X_K`` with ``K`` Poisson of mean ``mean_count`` and the ``X_j`` independent,
+    each with the discrete law (``values``, ``weights``), as (values, weights) points: an atom at 0
+    (K = 0), then the k-fold convolutions weighed by P(K = k), each re-binned by :func:`binned_points`, up
+    to ``COMPOUND_TERMS`` terms or until the rest of the Poisson mass is below ``COMPOUND_REST``. That rest
+    (a sum that the central limit theorem makes smooth) is a gamma of its two moments given K > k,
+    E[K']·E[X] and E[K']·Var[X] + Var[K']·E[X]², at the middles of ``CLOSED_WAIT_EDGES`` (rescaled to its
+    mean). The mean, ``mean_count·E[X]``, is kept."""
+    a = max(float(mean_count), 0.0)
+    one_v, one_w = binned_points(values, weights)
+    one_w = one_w / np.sum(one_w)
+    mean_x = float(np.dot(one_v, one_w))
+    var_x = max(float(np.dot(one_v**2, one_w)) - mean_x**2, 0.0)
+    p_k = math.exp(-a)
+    out_v, out_w = [np.zeros(1)], [np.array([p_k])]
+    if a <= 0.0:
+        return out_v[0], out_w[0]
+    cur_v, cur_w = one_v, one_w
+    counted, first, second = p_k, 0.0, 0.0  # P(K ≤ k), Σ j·p_j, Σ j²·p_j
+    for k in range(1, COMPOUND_TERMS + 1):
+        p_k *= a / k
+        out_v.append(cur_v)
+        out_w.append(p_k * cur_w)
+        counted += p_k
+        first += k * p_k
+        second += k * k * p_k
+        if 1.0 - counted < COMPOUND_REST:
+            break
+        if k < COMPOUND_TERMS:
+            cur_v, cur_w = binned_points(cur_v[:, None] + one_v[None, :], cur_w[:, None] * one_w[None, :])
+            cur_w = cur_w / np.sum(cur_w)
+    rest = 1.0 - counted
+    if rest > 0.0:
+        # the Poisson tail K' = K | K > k: E[K'] = (a − Σ j·p_j) / P, E[K'²] = (a + a² − Σ j²·p_j) / P
+        k_mean = max(a - first, 0.0) / rest
+        k_var = max((a + a * a - second) / rest - k_mean**2, 0.0)
+        mean = k_mean * mean_x
+        var = k_mean * var_x + k_var * mean_x**2
+        mid = (CLOSED_WAIT_EDGES[:-1] + CLOSED_WAIT_EDGES[1:]) / 2.0
+        if var > 0.0 and mean > 0.0:
+            shape, scale = mean**2 / var, var / mean
+            tail_v = special.gammaincinv(shape, mid) * scale
+            tail_v *= mean / float(np.dot(tail_v, np.diff(CLOSED_WAIT_EDGES)))
+        else:
+            tail_v = np.full(mid.size, mean)
+        out_v.append(tail_v)
+        out_w.append(rest * np.diff(CLOSED_WAIT_EDGES))
+    return np.concatenate(out_v), np.concatenate(out_w)
