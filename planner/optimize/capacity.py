@@ -383,7 +383,14 @@ def states_at_rate(
     model: AggregatedModel, rate_per_s: float, arrival_scv: float = 1.0
 ) -> tuple[SteadyState, BoolArray]:
     """The state of every budget at one per-replica rate (as ``steady_state`` does for one budget), and
-    whether each budget sustains it."""
+    whether each budget sustains it.
+
+    The end of a budget's stable branch lies between two points of its coarse curve (``CURVE_POINTS``,
+    ~×3 apart in B): where the rate is beyond the last stable point, the step past it is refined as
+    ``aggregated_capacity`` refines its brackets (``REFINE_ROUNDS`` rounds of ``REFINE_POINTS``), on
+    stability alone, so that a budget is not called overloaded below the rate its branch reaches (before
+    2026-12-02 the coarse point was the top: Llama-3.1-8B, 2000-token prompts, budget 512 sustained
+    8.4 requests/s by it and 10.7 by ``evaluate``)."""
     nk = model.budgets.size
     b_rows = curve_batches(model)
     nb = b_rows.shape[1]
@@ -391,11 +398,39 @@ def states_at_rate(
     lam = st.rate_per_s.reshape(nk, nb)
     ok = (st.stable & np.isfinite(st.rate_per_s)).reshape(nk, nb)
     ok &= lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf), axis=1)
+    rows = np.arange(nk)
+    last = np.where(np.any(ok, axis=1), nb - 1 - np.argmax(ok[:, ::-1], axis=1), -1)
+    top = np.where(last >= 0, lam[rows, np.maximum(last, 0)], 0.0)
+    extra_b: list[list[float]] = [[] for _ in range(nk)]
+    extra_lam: list[list[float]] = [[] for _ in range(nk)]
+    b_lo = b_rows[rows, np.maximum(last, 0)]
+    b_hi = b_rows[rows, np.minimum(last + 1, nb - 1)]
+    refining = (last >= 0) & (last < nb - 1) & (rate_per_s > top)
+    frac = np.linspace(0.0, 1.0, REFINE_POINTS + 2)[1:-1]
+    for _ in range(REFINE_ROUNDS):
+        sel = np.flatnonzero(refining)
+        if sel.size == 0:
+            break
+        bs = b_lo[sel, None] + (b_hi[sel, None] - b_lo[sel, None]) * frac[None, :]
+        sub = model.states_at_batch(bs.ravel(), np.repeat(sel, frac.size), arrival_scv)
+        lam_sub = sub.rate_per_s.reshape(sel.size, -1)
+        s_ok = (sub.stable & np.isfinite(sub.rate_per_s)).reshape(sel.size, -1)
+        running = np.maximum(top[sel, None], np.maximum.accumulate(np.where(s_ok, lam_sub, -np.inf), axis=1))
+        good = np.cumprod(s_ok & (lam_sub >= running), axis=1).astype(bool)
+        n_good = np.sum(good, axis=1)
+        for i, k in enumerate(sel.tolist()):
+            extra_b[k] += bs[i, :n_good[i]].tolist()
+            extra_lam[k] += lam_sub[i, :n_good[i]].tolist()
+            if n_good[i] > 0:
+                top[k] = lam_sub[i, n_good[i] - 1]
+        width = (b_hi[sel] - b_lo[sel]) / (REFINE_POINTS + 1)
+        b_lo[sel] = b_lo[sel] + width * n_good
+        b_hi[sel] = b_lo[sel] + width
+        refining[sel] = rate_per_s > top[sel]
     b = np.empty(nk)
-    top = np.empty(nk)
     for k in range(nk):
-        lk, bk = lam[k][ok[k]], b_rows[k][ok[k]]
-        top[k] = lk[-1] if lk.size else 0.0
+        lk = np.concatenate([lam[k][ok[k]], extra_lam[k]])
+        bk = np.concatenate([b_rows[k][ok[k]], extra_b[k]])
         b[k] = np.interp(min(rate_per_s, top[k]), lk, bk) if lk.size else 0.0
     at = model._at_batch(b, arrival_scv, 1.0, np.full(nk, float(rate_per_s)), np.arange(nk))
     return at, at.stable & (rate_per_s <= top * (1.0 + 1e-9))

@@ -85,7 +85,6 @@ KNOWN_MISSES: dict[str, tuple[float, str]] = {
     "SWS-024": (-0.54, "vllm2023_step_floor"),
     "SWS-027": (-0.49, "prefill_2023_kernels"),
     "SWS-028": (-0.55, "prefill_2023_kernels"),
-    "SWS-037": (-0.31, "vllm2023_step_floor"),
     "SWS-043": (-0.37, "vllm2023_step_floor"),
     "SWS-046": (-0.41, "vllm2023_step_floor"),
     "SWS-047": (-0.41, "vllm2023_step_floor"),

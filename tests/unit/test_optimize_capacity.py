@@ -222,3 +222,43 @@ def test_coarsened_is_the_identity_when_small_enough() -> None:
     assert d.coarsened(d.values.size) is d
     f = fixed_length(128)
     assert f.coarsened(4) is f
+
+
+# --------------------------------------------------------------------------- a budget's top rate
+
+
+@pytest.mark.parametrize("prompt_tokens", [2000, 600])
+def test_states_at_rate_sustains_each_budget_up_to_its_saturation(prompt_tokens: int) -> None:
+    """In target-rate mode the chunk-budget search asks ``states_at_rate`` whether a budget sustains the
+    rate. Its curve has ``CURVE_POINTS`` points per budget, ~×3 apart in the decode batch; until
+    2026-12-02 the last stable point was taken as the top, so a budget was called overloaded up to a grid
+    step below its saturation (budget 512, 2000-token prompts: 8.4 against 10.7 requests/s). Each budget's
+    saturation here is that of ``evaluate``'s own model of that budget alone (its edge refined)."""
+    import dataclasses
+
+    from planner.costs.passes import mixed_step_latency_many
+    from planner.costs.types import Parallelism
+    from planner.engines import find_engine
+    from planner.hardware import load_catalog
+    from planner.models import load_model_catalog
+    from planner.optimize.capacity import states_at_rate
+    from planner.optimize.chunked import prepare_aggregated
+    from planner.serving.aggregated import AggregatedModel
+    from planner.serving.types import AggregatedDeployment, ServingProblem
+    from planner.serving.workload import Arrival, Workload
+
+    budgets = (512, 2048, 8192)
+    dep = AggregatedDeployment(gpu=load_catalog()["h100-sxm"], parallelism=Parallelism(tp=1), max_batch_size=256)
+    wl = Workload(input_tokens=fixed_length(prompt_tokens), output_tokens=fixed_length(200),
+                  arrival=Arrival(kind="poisson", rate_per_s=1.0))
+    problem = ServingProblem(model=load_model_catalog().get("meta-llama/Llama-3.1-8B"), engine=find_engine("vllm"),
+                             weight_dtype="bf16", kv_dtype="bf16", deployment=dep, workload=wl)
+    prepared = prepare_aggregated(problem, token_budgets=budgets, max_batch_sizes=(256,), chunk_overhead=False)
+    model = prepared.model
+    model.set_tables(*mixed_step_latency_many(model.ctx, model.table_inputs()))
+    for k, budget in enumerate(budgets):
+        single = dataclasses.replace(problem, deployment=dataclasses.replace(dep, token_budget=budget))
+        saturation = AggregatedModel(single).saturation_rate_per_s()
+        for fraction, sustained in ((0.97, True), (0.995, True), (1.03, False)):
+            _, ok = states_at_rate(model, fraction * saturation)
+            assert bool(ok[k]) is sustained, (budget, fraction, saturation)

@@ -156,6 +156,17 @@ def test_poisson_points_are_fractions_of_the_closed_form_saturation(scenarios):
     assert {c.point.arrival.kind for c in fixed} == {"closed_loop"}
 
 
+def test_high_loads_run_four_times_the_replications(scenarios):
+    """A p99 at ρ = 0.9 is set by a few congestion episodes per run: those cases pool 4× the replications
+    (consecutive seeds from the first); lower loads and closed loops keep the seeds they are given."""
+    cases = X.scenario_cases(scenarios[("aggregated_chunked", "lognormal")])
+    by_label = {c.point.label: c for c in cases}
+    assert X.run_seeds(by_label["ρ=0.90"], (0, 1, 2)) == tuple(range(12))
+    assert X.run_seeds(by_label["ρ=0.90"], (5,)) == (5, 6, 7, 8)
+    assert X.run_seeds(by_label["ρ=0.70"], (0, 1, 2)) == (0, 1, 2)
+    assert X.run_seeds(by_label["N=64"], (0, 1, 2)) == (0, 1, 2)
+
+
 def test_engine_is_locked_in_step_and_keeps_its_front_end():
     vllm = find_engine("vllm")
     engine = X.crosscheck_engine(vllm)
