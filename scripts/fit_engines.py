@@ -34,7 +34,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +43,7 @@ from scipy.optimize import least_squares
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from planner.costs.types import EngineProfile  # noqa: E402
 from planner.engines import load_engine_profiles  # noqa: E402
 from planner.errors import PlannerError  # noqa: E402
 from planner.hardware import find_gpu, load_catalog  # noqa: E402
@@ -54,29 +55,39 @@ ENGINES = ("vllm", "sglang", "trtllm")
 ENGINE_FILE = ROOT / "planner" / "calibration" / "engines.json"
 
 
-def dense_evaluations(engine_id: str, shared_dir: Path, a_s: float, b_s: float
-                      ) -> Iterator[tuple[dict[str, str], Evaluation]]:
-    """(row, the closed form's answer for it) of each of the engine's dense aggregated rows with a measured
-    TPOT, its host times set to ``a_s`` per iteration and ``b_s`` per sequence [s]; refused rows are left
-    out (counted by :func:`tpot_rows`)."""
+def evaluated_rows(engine_id: str, shared_dir: Path, profiles: Sequence[EngineProfile], *, dense_only: bool
+                   ) -> Iterator[tuple[dict[str, str], list[Evaluation]]]:
+    """(row, the closed form's answer for it under each of ``profiles``) of each of the engine's aggregated
+    rows (``dense_only``: MoE rows left out), posed as ``benchmark_problem`` poses them; rows it or the
+    planner refuses are left out."""
     from planner.serving.evaluate import evaluate
     from planner.validation.datasets import serving_benchmarks
     from planner.validation.serving import RowRefused, benchmark_problem
 
     gpu = find_gpu(load_catalog(), "h100-sxm")
     models = load_model_catalog()
-    engine = dataclasses.replace(load_engine_profiles()[engine_id], step_overhead_s=a_s,
-                                 per_sequence_overhead_s=b_s)
     for row in serving_benchmarks(shared_dir):
-        if row["backend"] != engine_id or row["mode"] != "agg" or not row.get("measured_tpot_s"):
+        if row["backend"] != engine_id or row["mode"] != "agg":
             continue
         try:
             model = models.get(row["model"])
-            if model.is_moe:
+            if dense_only and model.is_moe:
                 continue
-            yield row, evaluate(benchmark_problem(row, model=model, gpu=gpu, engines={engine_id: engine}))
+            problem = benchmark_problem(row, model=model, gpu=gpu, engines={engine_id: profiles[0]})
+            yield row, [evaluate(dataclasses.replace(problem, engine=p)) for p in profiles]
         except (RowRefused, PlannerError):
             continue
+
+
+def dense_evaluations(engine_id: str, shared_dir: Path, a_s: float, b_s: float
+                      ) -> Iterator[tuple[dict[str, str], Evaluation]]:
+    """(row, the closed form's answer) of each of the engine's dense aggregated rows with a measured TPOT, its
+    host times set to ``a_s`` per iteration and ``b_s`` per sequence [s]."""
+    engine = dataclasses.replace(load_engine_profiles()[engine_id], step_overhead_s=a_s,
+                                 per_sequence_overhead_s=b_s)
+    for row, (ev,) in evaluated_rows(engine_id, shared_dir, [engine], dense_only=True):
+        if row.get("measured_tpot_s"):
+            yield row, ev
 
 
 def tpot_rows(engine_id: str, shared_dir: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -110,29 +121,14 @@ def fit_ttft(engine_id: str, current: dict, shared_dir: Path) -> dict | None:
     the relative error. Reported with leave-one-model-out errors (each model's rows predicted by a fit on
     the other models' rows).
     """
-    from planner.serving.evaluate import evaluate
-    from planner.validation.datasets import serving_benchmarks
-    from planner.validation.serving import RowRefused, benchmark_problem
-
-    gpu = find_gpu(load_catalog(), "h100-sxm")
-    models = load_model_catalog()
     base = load_engine_profiles()[engine_id]
     random_phase = dataclasses.replace(base, request_overhead_s=0.0, closed_loop_coherence=0.0)
     lockstep = dataclasses.replace(base, request_overhead_s=0.0, closed_loop_coherence=1.0)
     data = []
-    for row in serving_benchmarks(shared_dir):
-        if row["backend"] != engine_id or row["mode"] != "agg":
-            continue
-        try:
-            model = models.get(row["model"])
-            p_r = benchmark_problem(row, model=model, gpu=gpu, engines={engine_id: random_phase})
-            p_l = dataclasses.replace(p_r, engine=lockstep)
-            t_r, t_l = evaluate(p_r).ttft_s.mean, evaluate(p_l).ttft_s.mean
-        except (RowRefused, PlannerError):
-            continue
+    for row, (ev_r, ev_l) in evaluated_rows(engine_id, shared_dir, [random_phase, lockstep], dense_only=False):
         meas = row.get("measured_ttft_s")
         if meas:
-            data.append((t_r, t_l, float(meas), row["model"]))
+            data.append((ev_r.ttft_s.mean, ev_l.ttft_s.mean, float(meas), row["model"]))
     if len(data) < 10:
         return None
     arr = np.array([d[:3] for d in data])

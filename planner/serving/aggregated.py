@@ -1008,7 +1008,6 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
     return p_stall, kinds_s, kinds_w
 
 
-
 def unchunked_closed_wait_points(st: SteadyState, i: int, weights: FloatArray, front_end_s: float,
                                  wait_scale: float) -> tuple[FloatArray, FloatArray]:
     """The wait of an unchunked closed loop's prompt beyond the residual iteration, as (values [s], weights)
