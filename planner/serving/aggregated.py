@@ -877,13 +877,31 @@ def stream_mixed_share(p_mixed: FloatArray | float, clients: float | None) -> Fl
 MAX_STALL_PROMPTS = 12
 #: groups of equal mass the prompt points are merged into as one-prompt stalls
 STALL_PROMPT_GROUPS = 8
-#: false-position rounds for the share of a closed loop's returning prompts that start stalls (the rest return
-#: into them)
-STALL_RETURN_ROUNDS = 8
+#: most Newton rounds for the share of a closed loop's returning prompts that start stalls (the rest return
+#: into them), and the residual, relative to the returns per decode end, at which a row stops
+STALL_RETURN_ROUNDS = 12
+STALL_RETURN_TOLERANCE = 1e-13
 #: edges of the probability bins each stall's law is represented by (one point at each bin's middle)
 STALL_BIN_EDGES = np.array([0.0, 0.25, 0.5, 0.75, 0.9, 0.97, 0.995, 1.0])
 _STALL_Z = special.ndtri((STALL_BIN_EDGES[:-1] + STALL_BIN_EDGES[1:]) / 2.0)
 _STALL_MASS = np.diff(STALL_BIN_EDGES)
+
+
+_STALL_N = np.arange(1.0, MAX_STALL_PROMPTS + 1.0)[None, :]
+_STALL_LOG_FACTORIAL = np.cumsum(np.log(_STALL_N), axis=1)
+
+
+def _stall_counts(a: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """(P(N = 1 … 12) (n, 12), P(N ≥ 1), P(N > 12), E[N | N > 12] (each (n, 1))) of a Poisson count N of mean
+    ``a`` (n, 1)."""
+    safe_a = np.maximum(a, 1e-300)
+    pois = np.where(a > 0, np.exp(_STALL_N * np.log(safe_a) - a - _STALL_LOG_FACTORIAL), 0.0)
+    p_stall = -np.expm1(-a)
+    tail = np.maximum(p_stall - np.sum(pois, axis=1, keepdims=True), 0.0)
+    # E[N | N > 12] = (a − Σ_{n≤12} n·p_n) / P(N > 12)
+    beyond = a - np.sum(_STALL_N * pois, axis=1, keepdims=True)
+    tail_n = np.where(tail > 1e-300, beyond / np.maximum(tail, 1e-300), MAX_STALL_PROMPTS + 1.0)
+    return pois, p_stall, tail, tail_n
 
 
 def _stall_starts(a: FloatArray, g_work: FloatArray, g_mass: FloatArray, keep: NDArray[np.bool_],
@@ -891,14 +909,9 @@ def _stall_starts(a: FloatArray, g_work: FloatArray, g_mass: FloatArray, keep: N
     """(P(stall), the work that starts it (n, k), its law given a stall (n, k)) when a Poisson number of mean
     ``a`` (n, 1) of prompts arrives during a decode iteration: one prompt (its prefill in the prompt groups
     ``g_work``, of masses ``g_mass``), 2 … 12 prompts at the mean prefill, and the tail beyond."""
-    n = np.arange(1.0, MAX_STALL_PROMPTS + 1.0)[None, :]
-    safe_a = np.maximum(a, 1e-300)
-    pois = np.where(a > 0, np.exp(n * np.log(safe_a) - a - np.cumsum(np.log(n), axis=1)), 0.0)
-    p_stall = -np.expm1(-a[:, 0])
-    tail = np.maximum(p_stall - np.sum(pois, axis=1), 0.0)[:, None]  # P(N > 12)
-    # E[N | N > 12] = (a − Σ_{n≤12} n·p_n) / P(N > 12)
-    tail_n = np.where(tail > 1e-300, (a - np.sum(n * pois, axis=1, keepdims=True)) / np.maximum(tail, 1e-300),
-                      MAX_STALL_PROMPTS + 1.0)
+    n = _STALL_N
+    pois, p_stall, tail, tail_n = _stall_counts(a)
+    p_stall = p_stall[:, 0]
     work = np.concatenate([g_work[:, keep], n[:, 1:] * mean_pre, np.maximum(tail_n, 1.0) * mean_pre], axis=1)
     # the law of a stall given that there is one (its weights sum to 1: consumers weigh it by p_stall); with
     # no arrivals it is the limit a → 0, one prompt
@@ -957,30 +970,52 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
         # every returning prompt is prefilled once and the balance equations' prefill time holds)
         per_end = a
 
+        cap = front_end_s + tau_d[:, None] / 2.0
+        per_work = per_end / np.maximum(tau_d[:, None], 1e-300)
+
         def returns_into(work: FloatArray) -> FloatArray:
-            return per_end * np.minimum(work, front_end_s + tau_d[:, None] / 2.0) / np.maximum(tau_d[:, None], 1e-300)
+            return per_work * np.minimum(work, cap)
 
-        def excess(a_s: FloatArray) -> FloatArray:
-            # the prompts per decode end that starters a_s account for, less those there are: increasing in a_s
-            p_s, w_s, m_s = _stall_starts(a_s, g_work, g_mass, keep, mean_pre)
-            return a_s + p_s[:, None] * np.sum(m_s * returns_into(w_s), axis=1, keepdims=True) - per_end
+        # the stall-starting work of one prompt (its groups) and of 2 … 12 prompts does not depend on a_s:
+        # their capped lengths once, so that a round costs only the Poisson weights (the tail's count moves)
+        one_capped = np.sum(g_mass[keep] * np.minimum(g_work[:, keep], cap), axis=1, keepdims=True)
+        many_capped = np.minimum(_STALL_N[:, 1:] * mean_pre, cap)
 
-        # its root by false position with the Illinois rule on [0, a], where excess(0) = −a ≤ 0 ≤ excess(a)
+        def excess(a_s: FloatArray) -> tuple[FloatArray, FloatArray]:
+            # (the prompts per decode end that starters a_s account for, less those there are; its
+            # derivative): increasing in a_s. P(stall)·E[returns into it] = Σ_kinds P(kind)·returns_into(its
+            # work), with unnormalized Poisson weights p_n, whose derivatives are p_{n−1} − p_n
+            pois, _, tail, tail_n = _stall_counts(a_s)
+            prev = np.concatenate([np.exp(-a_s), pois[:, :-1]], axis=1)
+            d_pois = prev - pois
+            tail_work = np.maximum(tail_n, 1.0) * mean_pre
+            capped_tail = tail_work >= cap
+            capped = (pois[:, :1] * one_capped + np.sum(pois[:, 1:] * many_capped, axis=1, keepdims=True)
+                      + tail * np.where(capped_tail, cap, tail_work))
+            # the tail's part: P(N > 12)·cap grows by p_12; uncapped, (a − Σ n·p_n)·E[t] grows by
+            # (P(N > 12) + 13·p_12)·E[t]
+            p12 = pois[:, -1:]
+            d_tail = np.where(capped_tail, p12 * cap, (tail + 13.0 * p12) * mean_pre)
+            d_many = np.sum(d_pois[:, 1:] * many_capped, axis=1, keepdims=True)
+            d_capped = d_pois[:, :1] * one_capped + d_many + d_tail
+            return a_s + per_work * capped - per_end, 1.0 + per_work * d_capped
+
+        # its root by Newton's method kept inside a bracket, [0, a] at first, where excess(0) = −a ≤ 0 ≤
+        # excess(a); a step that leaves the bracket bisects it instead. It starts where one prompt's mean
+        # capped work would put it (the root when stalls are single prompts). Each row stops when its residual
+        # is at rounding level, and stays there while the others go on (so a row's answer is the same alone)
         lo, hi = np.zeros_like(a), a.copy()
-        f_lo, f_hi = -per_end, excess(hi)
-        side = np.zeros(a.shape, dtype=np.int8)
-        x = hi
+        x = np.clip(per_end / (1.0 + per_work * one_capped), 0.0, a)
+        done = per_end <= 0.0
         for _ in range(STALL_RETURN_ROUNDS):
-            span = f_hi - f_lo
-            x = np.where(span > 0, (lo * f_hi - hi * f_lo) / np.where(span > 0, span, 1.0), lo)
-            fx = excess(x)
-            up = fx > 0  # the root is in [lo, x]: x replaces hi
-            # an end replaced twice in a row halves the other end's value (Illinois), which keeps it moving
-            f_lo_kept = np.where(up & (side == 1), f_lo / 2.0, f_lo)
-            f_hi_kept = np.where(~up & (side == -1), f_hi / 2.0, f_hi)
-            lo, f_lo = np.where(up, lo, x), np.where(up, f_lo_kept, fx)
-            hi, f_hi = np.where(up, x, hi), np.where(up, fx, f_hi_kept)
-            side = np.where(up, 1, -1).astype(np.int8)
+            fx, dfx = excess(x)
+            done = done | (np.abs(fx) <= STALL_RETURN_TOLERANCE * per_end)
+            if np.all(done):
+                break
+            lo, hi = np.where(fx < 0, x, lo), np.where(fx > 0, x, hi)
+            step = x - fx / dfx
+            inside = (step > lo) & (step < hi)
+            x = np.where(done, x, np.where(inside, step, (lo + hi) / 2.0))
         a = x
     p_stall, work, mass = _stall_starts(a, g_work, g_mass, keep, mean_pre)
     # the busy period is the work itself plus what arrives meanwhile: Y = B − x is 0 when nothing arrives
