@@ -225,9 +225,12 @@ def _operating_rate(model: AggregatedModel | DisaggregatedModel, problem: Servin
         # a closed loop's arrivals: a lone client's are deterministic, many clients' superpose towards
         # Poisson (the superposition theorem, Palm–Khintchine): c_a² ≈ 1 − 1/N
         scv = max(0.0, 1.0 - 1.0 / clients) if clients > 0 else 1.0
-        lam = model.closed_loop_rate_per_s(clients, scv)
         scale = max(clients - 1.0, 0.0) / clients
-        st = model.steady_state(np.array([lam]), scv, scale)
+        if isinstance(model, AggregatedModel):
+            lam, st = model.closed_loop_state(clients, scv)
+        else:
+            lam = model.closed_loop_rate_per_s(clients, scv)
+            st = model.steady_state(np.array([lam]), scv, scale)
         e2e = float(model.mean_e2e_s(st, clients)[0]) if isinstance(model, AggregatedModel) else float(
             model.mean_e2e_s(st)[0])
         extra = max(0.0, clients / lam - e2e) if lam > 0 else 0.0

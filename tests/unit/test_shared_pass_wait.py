@@ -80,14 +80,19 @@ def test_wait_points_have_the_states_mean_wait(qwen_n64):
     model = _tabulated_model(problem, None)
     ev = evaluate(problem)
     scale = 63.0 / 64.0
-    st = model.steady_state(np.array([ev.requests_per_s]), 1.0, scale)
+    # the state evaluate stands on (64 clients: arrival scv 1 − 1/64), and the model's own state at its rate
+    lam, used = model.closed_loop_state(64.0, 1.0 - 1.0 / 64.0)
+    assert lam == pytest.approx(ev.requests_per_s, rel=1e-12)
+    st = model.steady_state(np.array([lam]), 1.0 - 1.0 / 64.0, scale)
     v, w = unchunked_closed_wait_points(st, 0, model.in_weights, problem.engine.request_overhead_s, scale)
     assert w.sum() == pytest.approx(1.0, abs=1e-9)
     assert np.all(v >= 0.0)
     assert np.dot(v, w) == pytest.approx(float(st.queue_wait_s[0]), rel=1e-6)
     # the evaluation's mean TTFT is unchanged by the law: the queue part of its breakdown is that wait plus
-    # the residual iteration
-    assert ev.ttft_breakdown_s.queue == pytest.approx(float(st.queue_wait_s[0] + st.residual_s[0]), rel=1e-6)
+    # the residual iteration (of the state it used: interpolated between two exact ones 0.5 % of λ apart)
+    used_wait = float(used.queue_wait_s[0] + used.residual_s[0])
+    assert ev.ttft_breakdown_s.queue == pytest.approx(used_wait, rel=1e-9)
+    assert float(used.queue_wait_s[0]) == pytest.approx(float(st.queue_wait_s[0]), rel=1e-4)
 
 
 def test_ttft_tail_of_a_64_client_unchunked_loop_follows_the_simulation(qwen_n64):
