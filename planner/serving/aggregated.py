@@ -796,8 +796,9 @@ class AggregatedModel:
         serving benchmarks: median 0.06 %). The states at ``CLOSED_LOOP_OFFSETS`` around that estimate, one
         vectorized pass, bracket it; the root is interpolated between the two that do, and so is the state,
         field by field, over 0.5 % of λ (a second-order error of ~1e-5, below the curve's own interpolation
-        of the batch). Outside the bracket (it does not happen on the benchmarks), a secant step from the
-        outer candidates and the state there."""
+        of the batch). Outside the bracket (it does not happen on the benchmarks), the candidates move to the
+        secant through the outer two and look again; after ``CLOSED_LOOP_ROUNDS`` passes, the state at the
+        last estimate."""
         scale = max(clients - 1.0, 0.0) / clients
         st = self._curve_state(scale)
         # the curve was tabulated for Poisson-like arrivals; Kingman's wait scales with (c_a² + c_s²)
@@ -808,24 +809,29 @@ class AggregatedModel:
         if clients >= pops[-1]:  # saturated: the extra clients queue
             return top, self.steady_state(np.array([top]), arrival_scv, scale)
         lam0 = float(np.interp(clients, pops, st.rate_per_s))
-        cand = np.unique(np.clip(lam0 * (1.0 + CLOSED_LOOP_OFFSETS), 0.0, top))
-        sts = self.steady_state(cand, arrival_scv, scale)
-        n = cand * self.mean_e2e_s(sts, clients)
-        inside = np.flatnonzero((n[:-1] <= clients) & (n[1:] >= clients) & (n[1:] > n[:-1]))
-        if inside.size:
-            j = int(inside[0])
-            w = (clients - n[j]) / (n[j + 1] - n[j])
-            lam = float(cand[j] + w * (cand[j + 1] - cand[j]))
-            return lam, _between_states(sts, j, w, lam)
-        lo, hi = float(cand[0]), float(cand[-1])
-        if n[-1] != n[0]:
+        for _ in range(CLOSED_LOOP_ROUNDS):
+            cand = np.unique(np.clip(lam0 * (1.0 + CLOSED_LOOP_OFFSETS), 0.0, top))
+            sts = self.steady_state(cand, arrival_scv, scale)
+            n = cand * self.mean_e2e_s(sts, clients)
+            inside = np.flatnonzero((n[:-1] <= clients) & (n[1:] >= clients) & (n[1:] > n[:-1]))
+            if inside.size:
+                j = int(inside[0])
+                w = (clients - n[j]) / (n[j + 1] - n[j])
+                lam = float(cand[j] + w * (cand[j + 1] - cand[j]))
+                return lam, _between_states(sts, j, w, lam)
+            if cand.size < 2 or n[-1] == n[0]:
+                break
+            # not bracketed: the candidates move to the secant through the outer two, and look again
+            lo, hi = float(cand[0]), float(cand[-1])
             lam0 = float(np.clip(lo + (clients - n[0]) * (hi - lo) / (n[-1] - n[0]), 0.0, top))
         return lam0, self.steady_state(np.array([lam0]), arrival_scv, scale)
 
 
-#: candidate rates around the λ(B) curve's estimate of a closed loop's throughput, relative to it
+#: candidate rates around the λ(B) curve's estimate of a closed loop's throughput, relative to it, and the
+#: most passes that move them to a secant estimate when they do not bracket the root
 #: (``AggregatedModel.closed_loop_state``)
 CLOSED_LOOP_OFFSETS = np.array([-0.015, -0.01, -0.005, 0.0, 0.005, 0.01, 0.015])
+CLOSED_LOOP_ROUNDS = 3
 
 
 def _between_states(st: SteadyState, j: int, w: float, rate_per_s: float) -> SteadyState:

@@ -13,6 +13,7 @@ import pytest
 from planner.api.catalogs import Catalogs
 from planner.api.routers.evaluate import build_problem
 from planner.api.serving_schemas import EvaluateRequest
+from planner.serving import aggregated
 from planner.serving.aggregated import AggregatedModel, SteadyState
 from planner.serving.evaluate import _tabulated_model, evaluate
 
@@ -84,3 +85,30 @@ def test_more_clients_than_the_replica_serves_queue_at_its_saturation():
     assert lam * float(model.mean_e2e_s(st, clients)[0]) < 0.5 * clients
     ev = evaluate(problem)
     assert ev.ttft_breakdown_s.queue > 10.0 * ev.ttft_breakdown_s.prefill
+
+
+def test_candidates_that_miss_the_root_move_to_the_secant_and_look_again(monkeypatch):
+    # candidates too narrow to catch the curve's estimate's error at first (±0.05 %): the secant through
+    # the outer two recentres them, and a later pass brackets the root
+    monkeypatch.setattr(aggregated, "CLOSED_LOOP_OFFSETS", np.array([-0.0005, 0.0, 0.0005]))
+    passes = []
+    steady_state = AggregatedModel.steady_state
+
+    def counted(self, rate_per_s, *args, **kwargs):
+        passes.append(np.size(rate_per_s))
+        return steady_state(self, rate_per_s, *args, **kwargs)
+
+    monkeypatch.setattr(AggregatedModel, "steady_state", counted)
+    model, lam, _, exact = _solved("8b-chunked-fixed", 64)
+    assert passes[0] == 3 and passes[1] == 3  # a first pass missed, a second one looked again
+    assert lam * float(model.mean_e2e_s(exact, 64.0)[0]) == pytest.approx(64.0, rel=1e-4)
+
+
+def test_without_a_bracket_the_state_is_the_models_at_the_last_estimate(monkeypatch):
+    monkeypatch.setattr(aggregated, "CLOSED_LOOP_OFFSETS", np.array([0.02, 0.025, 0.03]))
+    monkeypatch.setattr(aggregated, "CLOSED_LOOP_ROUNDS", 1)
+    model, lam, st, exact = _solved("8b-chunked-fixed", 64)
+    # one secant step through far candidates: close, not closed
+    assert lam * float(model.mean_e2e_s(exact, 64.0)[0]) == pytest.approx(64.0, rel=2e-2)
+    for field, value in exact.__dict__.items():
+        np.testing.assert_array_equal(getattr(st, field), value)
