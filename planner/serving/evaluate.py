@@ -61,7 +61,8 @@ def compress_points(values: FloatArray, weights: FloatArray, k: int = MAX_POINTS
     v, w = values.ravel(), weights.ravel()
     if v.size <= k:
         return v, w / w.sum()
-    order = np.argsort(v)
+    # a stable sort: the callers' grids are outer sums of sorted points, runs that it merges rather than sorts
+    order = np.argsort(v, kind="stable")
     v, w = v[order], w[order] / w.sum()
     cdf = np.cumsum(w)
     targets = (np.arange(k) + 0.5) / k
