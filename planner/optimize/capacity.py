@@ -26,7 +26,7 @@ from scipy import special
 
 from planner.serving import queueing as Q
 from planner.serving.aggregated import MAX_UTILIZATION, AggregatedModel, SteadyState, take_states
-from planner.serving.batch import batch_dispersion
+from planner.serving.batch import batch_dispersion, slot_wait, with_slot_wait
 from planner.serving.evaluate import FLUCTUATION_Z
 from planner.serving.types import Slo
 
@@ -144,8 +144,10 @@ class AggregatedLatency:
         return np.sum(self.shift_weights * f_base, axis=1) / np.sum(self.shift_weights, axis=1)
 
 
-def aggregated_latency(model: AggregatedModel, st: SteadyState) -> AggregatedLatency:
-    """The distributions ``evaluate`` builds for an open loop, for every state of ``st`` at once."""
+def aggregated_latency(model: AggregatedModel, st: SteadyState, arrival_scv: float = 1.0
+                       ) -> AggregatedLatency:
+    """The distributions ``evaluate`` builds for an open loop, for every state of ``st`` at once (the TTFT's
+    wait: the prefill lane's and the one for a place in the batch, ``batch.slot_wait``)."""
     overhead = model.problem.engine.request_overhead_s
     u = np.minimum(st.prefill_utilization, MAX_UTILIZATION)
     wq = st.queue_wait_s
@@ -184,11 +186,12 @@ def aggregated_latency(model: AggregatedModel, st: SteadyState) -> AggregatedLat
     idle = st.batch <= 0
     shift[idle] = 0.0
     bw[idle] = 1.0 / bw.shape[1]
+    p_wait, mean_wait = with_slot_wait(np.where(wq > 0, u, 0.0), wq, *slot_wait(model, st, arrival_scv))
     return AggregatedLatency(
         ttft_shifts_s=shifts,
         ttft_weights=model.in_weights,
-        p_wait=np.where(wq > 0, u, 0.0),
-        mean_wait_s=wq,
+        p_wait=np.minimum(p_wait, 0.995),
+        mean_wait_s=mean_wait,
         base_s=base_v,
         base_weights=base_w,
         shift_s=shift,
@@ -261,7 +264,7 @@ def aggregated_capacity(model: AggregatedModel, slo: Slo, arrival_scv: float = 1
     lam = st.rate_per_s.reshape(nk, nb)
     ok = (st.stable & np.isfinite(st.rate_per_s)).reshape(nk, nb)
     ok &= lam >= np.maximum.accumulate(np.where(ok, lam, -np.inf), axis=1)
-    ttft_ok, itl_ok = slo_checks(aggregated_latency(model, st), slo)
+    ttft_ok, itl_ok = slo_checks(aggregated_latency(model, st, arrival_scv), slo)
     ttft_ok, itl_ok = ttft_ok.reshape(nk, nb), itl_ok.reshape(nk, nb)
     good = np.cumprod(ok & ttft_ok & itl_ok, axis=1).astype(bool)
     mean_itl = st.mean_iteration_s.reshape(nk, nb)
@@ -288,7 +291,7 @@ def aggregated_capacity(model: AggregatedModel, slo: Slo, arrival_scv: float = 1
         bs = (b_lo[sel, None] + (b_hi[sel, None] - b_lo[sel, None]) * frac[None, :]).ravel()
         ks = np.repeat(sel, frac.size)
         sub = model.states_at_batch(bs, ks, arrival_scv)
-        t_ok, i_ok = slo_checks(aggregated_latency(model, sub), slo)
+        t_ok, i_ok = slo_checks(aggregated_latency(model, sub, arrival_scv), slo)
         s_ok = sub.stable & np.isfinite(sub.rate_per_s)
         g = np.cumprod((s_ok & t_ok & i_ok).reshape(sel.size, -1), axis=1).astype(bool)
         n_good = np.sum(g, axis=1)
@@ -365,9 +368,10 @@ def capacity_at_batch_limits(
     return out.reshape(nk, lim.shape[1])
 
 
-def aggregated_quantiles(model: AggregatedModel, st: SteadyState, slo: Slo) -> tuple[FloatArray, FloatArray]:
+def aggregated_quantiles(model: AggregatedModel, st: SteadyState, slo: Slo, arrival_scv: float = 1.0
+                         ) -> tuple[FloatArray, FloatArray]:
     """(TTFT at the SLO's TTFT percentile, ITL at its ITL percentile) [s] per state."""
-    lat = aggregated_latency(model, st)
+    lat = aggregated_latency(model, st, arrival_scv)
     ttft = shifted_wait_quantile(
         slo.ttft_percentile / 100.0,
         lat.ttft_shifts_s,

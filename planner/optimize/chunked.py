@@ -332,14 +332,14 @@ def _assemble(prepared: PreparedAggregated, slo: Slo, cap: C.AggregatedCapacity,
         rates = np.full(budgets.size, float(target_rate_per_replica_per_s))
     best_cap = by_limit.max(axis=1)
     if quantiles == "all" or target_rate_per_replica_per_s is not None:
-        ttft_q, itl_q = C.aggregated_quantiles(model, st, slo)
+        ttft_q, itl_q = C.aggregated_quantiles(model, st, slo, scv)
     else:
         ttft_q = itl_q = np.full(budgets.size, np.nan)
         score = np.where(best_cap > 0, best_cap, -np.inf)
         k = int(np.flatnonzero(score >= score.max() * (1.0 - TIE_FRACTION))[0])
         if best_cap[k] > 0 and quantiles == "chosen":
             one = C.take_states(st, np.array([k]))
-            tq, iq = C.aggregated_quantiles(model, one, slo)
+            tq, iq = C.aggregated_quantiles(model, one, slo, scv)
             ttft_q[k], itl_q[k] = tq[0], iq[0]
     if limits is None or target_rate_per_replica_per_s is not None:
         limits = _batch_limits(mbs, by_limit, np.asarray(st.batch, dtype=np.float64))
