@@ -29,7 +29,9 @@ from planner.optimize.common import (
     tick,
     verified_evaluation,
 )
-from planner.serving.aggregated import AggregatedModel, stack_models
+from planner.serving import queueing as Q
+from planner.serving.aggregated import AggregatedModel, SteadyState, stack_models
+from planner.serving.batch import place_holding_s
 from planner.serving.evaluate import compress_points
 from planner.serving.types import AggregatedDeployment, Evaluation, ServingProblem, Slo
 
@@ -37,12 +39,11 @@ from planner.serving.types import AggregatedDeployment, Evaluation, ServingProbl
 DEFAULT_TOKEN_BUDGETS = (256, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384)
 #: batch limits searched by default [sequences]
 DEFAULT_MAX_BATCH_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
-#: z of the batch limit's margin over the mean decode batch: the limit is chosen at or above the batch's
-#: 99th percentile (Poisson occupancy, normal approximation), so fewer than 1 % of iterations find it full.
-#: Near saturation the open-loop batch spreads wider (``serving.batch.batch_dispersion``, variance up to ~7×
-#: the mean at ρ = 0.9): this margin is then thinner than it says; the limit is a tie-break among the limits
-#: that keep the budget's capacity, not part of the capacity law
-BATCH_MARGIN_Z = 2.326
+#: the largest probability that a request waits for a place in the batch (Erlang C over the limit's places,
+#: at the budget's capacity; ``serving.batch.slot_wait``) that a chosen batch limit may leave. The limit is a
+#: tie-break among those that keep the budget's capacity; a looser one would charge the chosen
+#: configuration a wait its capacity search did not see (the search tests each budget at its largest limit)
+LIMIT_WAIT_PROBABILITY = 1e-3
 #: most prompt-length points the search costs (``LengthDistribution.coarsened``); a lognormal's 64 points are
 #: costed as evaluate costs them. Coarser is not safe: the chunks per prompt, ⌈Lp / C⌉, jump where a prompt
 #: point crosses a multiple of the budget, and 32 points moved a lognormal's capacity by up to 5 % against
@@ -155,25 +156,38 @@ def _chunk_overhead(times: list[np.ndarray], sizes: np.ndarray, w: np.ndarray) -
     return chunked / float(np.dot(np.broadcast_to(times[1], w.shape), w)) - 1.0
 
 
-def _batch_limit(candidates: np.ndarray, capacity_row: np.ndarray, batch: float) -> int:
-    """The smallest batch limit that keeps the budget's best capacity and clears the batch's p99."""
+def _places(model: AggregatedModel, st: SteadyState) -> np.ndarray:
+    """The decode batch's places in use per state: λ times how long a request holds one."""
+    return np.asarray(st.rate_per_s, dtype=np.float64) * place_holding_s(model, st)
+
+
+def _limit_margin(candidates: np.ndarray, places: np.ndarray) -> np.ndarray:
+    """(n, m): whether each candidate limit leaves a request waiting for a place with probability at most
+    ``LIMIT_WAIT_PROBABILITY``, at ``places`` (n,) places in use."""
+    p = np.stack([Q.erlang_c_array(float(c), places) for c in candidates], axis=1)
+    return p <= LIMIT_WAIT_PROBABILITY
+
+
+def _batch_limit(candidates: np.ndarray, capacity_row: np.ndarray, places: float) -> int:
+    """The smallest batch limit that keeps the budget's best capacity and where a request rarely waits for a
+    place (``places`` in use at the capacity)."""
     best = float(np.max(capacity_row))
     keeps = capacity_row >= best * (1.0 - 1e-3)
-    margin = candidates >= batch + BATCH_MARGIN_Z * np.sqrt(max(batch, 0.0))
+    margin = _limit_margin(candidates, np.array([max(places, 0.0)]))[0]
     pick = np.flatnonzero(keeps & margin)
     if pick.size == 0:
         pick = np.flatnonzero(keeps)
     return int(candidates[pick[0]])
 
 
-def _batch_limits(candidates: np.ndarray, capacity: np.ndarray, batch: np.ndarray) -> list[int]:
+def _batch_limits(candidates: np.ndarray, capacity: np.ndarray, places: np.ndarray) -> list[int]:
     """:func:`_batch_limit` of every budget at once: ``capacity`` (nk, nm) [requests/s] by batch limit,
-    ``batch`` (nk,) the mean decode batch at each budget's capacity."""
+    ``places`` (nk,) the batch's places in use at each budget's capacity."""
     best = np.max(capacity, axis=1)
     keeps = capacity >= (best * (1.0 - 1e-3))[:, None]
     if not np.all(np.any(keeps, axis=1)):  # a row without a capacity (NaN): as the scalar version fails
-        return [_batch_limit(candidates, capacity[k], float(batch[k])) for k in range(batch.size)]
-    margin = candidates[None, :] >= (batch + BATCH_MARGIN_Z * np.sqrt(np.maximum(batch, 0.0)))[:, None]
+        return [_batch_limit(candidates, capacity[k], float(places[k])) for k in range(places.size)]
+    margin = _limit_margin(candidates, np.maximum(np.nan_to_num(places), 0.0))
     both = keeps & margin
     pick = np.where(np.any(both, axis=1), np.argmax(both, axis=1), np.argmax(keeps, axis=1))
     return [int(c) for c in candidates[pick]]
@@ -296,7 +310,7 @@ def capacity_options(prepared: list[PreparedAggregated], times: list[list[np.nda
         cap = C.aggregated_capacity(stack, slo, scv, choose_in=stack.owner, tie_fraction=TIE_FRACTION,
                                     batch_top=float(np.max(mbs)))
         by_limit = C.capacity_at_batch_limits(stack, cap, mbs, scv)
-        limits = _batch_limits(mbs, by_limit, np.asarray(cap.state.batch, dtype=np.float64))  # every row at once
+        limits = _batch_limits(mbs, by_limit, _places(stack, cap.state))  # every row at once
         for pos, i in enumerate(idx):
             prep = prepared[i]
             rows = np.flatnonzero(stack.owner == pos)
@@ -342,7 +356,7 @@ def _assemble(prepared: PreparedAggregated, slo: Slo, cap: C.AggregatedCapacity,
             tq, iq = C.aggregated_quantiles(model, one, slo, scv)
             ttft_q[k], itl_q[k] = tq[0], iq[0]
     if limits is None or target_rate_per_replica_per_s is not None:
-        limits = _batch_limits(mbs, by_limit, np.asarray(st.batch, dtype=np.float64))
+        limits = _batch_limits(mbs, by_limit, _places(model, st))
     points = []
     feasible = np.zeros(budgets.size, dtype=bool)
     binding = []

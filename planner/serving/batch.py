@@ -156,7 +156,7 @@ def slot_wait(model: AggregatedModel, st: SteadyState, arrival_scv: float) -> tu
     n = st.batch.size
     rows = st.budget_index if st.budget_index.size == n else np.zeros(n, dtype=np.intp)
     lam = np.asarray(st.rate_per_s, dtype=np.float64)
-    residence = st.own_prefill_s @ model.in_weights + model.mean_decode_steps * st.mean_iteration_s
+    residence = place_holding_s(model, st)
     steps = np.maximum(model.out_values - 1.0, 0.0)
     mean_steps = max(float(steps @ model.out_weights), 1e-300)
     scv_s = max(float((steps**2) @ model.out_weights) / mean_steps**2 - 1.0, 0.0)
@@ -174,6 +174,12 @@ def slot_wait(model: AggregatedModel, st: SteadyState, arrival_scv: float) -> tu
         p_wait[sel] = p
         wait[sel] = p / (c / s - x) * (arrival_scv + scv_s) / 2.0
     return wait, p_wait
+
+
+def place_holding_s(model: AggregatedModel, st: SteadyState) -> FloatArray:
+    """How long a request holds its place in the decode batch [s], per state: its own prefill, then its
+    decode steps at the mean iteration time (``slot_wait``; λ times it is the places in use)."""
+    return st.own_prefill_s @ model.in_weights + model.mean_decode_steps * st.mean_iteration_s
 
 
 def with_slot_wait(p_wait: FloatArray, mean_wait_s: FloatArray, slot_mean_s: FloatArray, slot_p: FloatArray
