@@ -190,7 +190,7 @@ def aggregated_latency(model: AggregatedModel, st: SteadyState, arrival_scv: flo
     return AggregatedLatency(
         ttft_shifts_s=shifts,
         ttft_weights=model.in_weights,
-        p_wait=np.minimum(p_wait, 0.995),
+        p_wait=p_wait,
         mean_wait_s=mean_wait,
         base_s=base_v,
         base_weights=base_w,

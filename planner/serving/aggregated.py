@@ -784,10 +784,6 @@ class AggregatedModel:
         _, lam, ok = self._curve(wait_scale)
         return float(lam[ok][-1]) if np.any(ok) else 0.0
 
-    def closed_loop_rate_per_s(self, clients: float, arrival_scv: float) -> float:
-        """Per-replica throughput of ``clients`` closed-loop clients: the root of ``λ·E[e2e](λ) = N``."""
-        return self.closed_loop_state(clients, arrival_scv)[0]
-
     def closed_loop_state(self, clients: float, arrival_scv: float) -> tuple[float, SteadyState]:
         """(per-replica throughput, its steady state) of ``clients`` closed-loop clients: the root of
         ``λ·E[e2e](λ) = N`` and the state there (queue thinned to the other N − 1 clients).

@@ -169,10 +169,9 @@ def slot_wait(model: AggregatedModel, st: SteadyState, arrival_scv: float) -> tu
     for c in np.unique(cap[near]):
         sel = np.flatnonzero(near & (cap == c))
         s = residence[sel]
-        x = np.minimum(lam[sel], MAX_UTILIZATION * c / s)
-        p = Q.erlang_c_array(c, x * s)
-        p_wait[sel] = p
-        wait[sel] = p / (c / s - x) * (arrival_scv + scv_s) / 2.0
+        wait[sel], p_wait[sel] = Q.ggc_wait_array(
+            arrival_rate_per_s=np.minimum(lam[sel], MAX_UTILIZATION * c / s), servers=c, service_mean_s=s,
+            service_scv=scv_s, arrival_scv=arrival_scv)
     return wait, p_wait
 
 
@@ -187,8 +186,8 @@ def with_slot_wait(p_wait: FloatArray, mean_wait_s: FloatArray, slot_mean_s: Flo
     """The TTFT's wait law (an atom at zero and an exponential tail, ``queueing``) when a request waits for
     a batch slot and then for the prefill lane: the two waits' sum, as the one law with its probability of
     any wait, 1 − (1 − p₁)(1 − p₂), and its mean, m₁ + m₂ (moments matched; the slot's wait dominates
-    where it matters, near the cap)."""
-    p = 1.0 - (1.0 - np.asarray(p_wait)) * (1.0 - np.asarray(slot_p))
+    where it matters, near the cap), the probability capped at 0.995 as the lane's is."""
+    p = np.minimum(1.0 - (1.0 - np.asarray(p_wait)) * (1.0 - np.asarray(slot_p)), 0.995)
     return np.where(np.asarray(mean_wait_s) + slot_mean_s > 0, p, 0.0), np.asarray(mean_wait_s) + slot_mean_s
 
 
@@ -288,7 +287,6 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
     p_row = np.where(wq_f > 0, np.minimum(st.prefill_utilization, 0.995), 0.0)
     # then (first, in fact: admission comes before the prefill lane) the wait for a place in the batch
     p_row, wq_f = with_slot_wait(p_row, wq_f, *slot_wait(model, st, scv))
-    p_row = np.minimum(p_row, 0.995)
     in_w = model.in_weights
     own = st.own_prefill_s  # (n, m)
     shifts = overhead + st.residual_s[:, None] + own

@@ -74,18 +74,20 @@ def erlang_c_array(servers: float, offered_load: ArrayLike) -> FloatArray:
 
 
 def ggc_wait_array(
-    *, arrival_rate_per_s: ArrayLike, servers: float, service_mean_s: float, service_scv: float,
+    *, arrival_rate_per_s: ArrayLike, servers: float, service_mean_s: ArrayLike, service_scv: float,
     arrival_scv: float = 1.0,
 ) -> tuple[FloatArray, FloatArray]:
-    """Vectorized Allen–Cunneen over arrival rates: (mean wait [s], probability of waiting); inf at ρ ≥ 1."""
+    """Vectorized Allen–Cunneen over arrival rates (and service means, one per rate or one for all): (mean
+    wait [s], probability of waiting); inf at ρ ≥ 1, nothing where the service takes no time."""
     lam = np.atleast_1d(np.asarray(arrival_rate_per_s, dtype=np.float64))
-    c, s = float(max(1, int(round(servers)))), float(service_mean_s)
-    if s <= 0:
-        return np.zeros_like(lam), np.zeros_like(lam)
-    p_wait = erlang_c_array(c, lam * s)
-    spare = c / s - lam
+    c = float(max(1, int(round(servers))))
+    s = np.broadcast_to(np.asarray(service_mean_s, dtype=np.float64), lam.shape)
+    serves = s > 0
+    s_safe = np.where(serves, s, 1.0)
+    p_wait = np.where(serves, erlang_c_array(c, lam * np.where(serves, s, 0.0)), 0.0)
+    spare = c / s_safe - lam
     wq = np.where(spare > 0, p_wait / np.where(spare > 0, spare, 1.0) * (arrival_scv + service_scv) / 2.0, np.inf)
-    return np.where(lam > 0, wq, 0.0), p_wait
+    return np.where((lam > 0) & serves, wq, 0.0), p_wait
 
 
 def quantiles_of_shifted_wait(
