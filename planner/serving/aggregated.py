@@ -69,7 +69,7 @@ class _Tables:
 
     batch: FloatArray  # (nk, nb) decode-batch grid of each row
     budget_left: FloatArray  # (nk, nb) chunk budget C(B) per token budget
-    mixed_s: FloatArray  # (nk, nb, nf) iteration time at chunk = CHUNK_FRACTIONS · C(B)
+    mixed_s: FloatArray  # (nk, nb, nf) iteration time at chunk = CHUNK_FRACTIONS · C(B) (unchunked: nf = 1)
     prompt_prefill_s: FloatArray  # (nk, ni) prefill-only pass of each prompt point (unchunked)
     #: True when all rows share the first row's grid (one model), which allows a plain binary search
     shared_grid: bool = False
@@ -203,7 +203,7 @@ def take_states(st: SteadyState, idx: NDArray[np.intp] | NDArray[np.bool_]) -> S
                           for k, v in st.__dict__.items()})
 
 
-def _concat_states(parts: list[SteadyState]) -> SteadyState:
+def concat_states(parts: list[SteadyState]) -> SteadyState:
     """The rows of several states of one model, one after the other."""
     return SteadyState(**{k: np.concatenate([p.__dict__[k] for p in parts]) for k in parts[0].__dict__})
 
@@ -292,12 +292,23 @@ class AggregatedModel:
             self.set_tables(*mixed_step_latency_many(self.ctx, self.table_inputs()))
 
     # -- the cost-model grid --------------------------------------------------------------------------------
+    @property
+    def _chunk_fractions(self) -> FloatArray:
+        """The chunk fractions tabulated. Unchunked, a prompt is never beside decodes: only the decode-only
+        iterations (fraction 0, ``_Tables.decode``) are read, and the prefill-only passes of a lock-step
+        cohort's groups of prompts (``_unchunked_cohort``, at batch 0) when the workload can lock step (a
+        closed loop of fixed lengths)."""
+        w = self.problem.workload
+        lockable = (w.arrival.kind == "closed_loop" and w.input_tokens.values.size == 1
+                    and w.output_tokens.values.size == 1)
+        return CHUNK_FRACTIONS if self.dep.chunked_prefill or lockable else CHUNK_FRACTIONS[:1]
+
     def table_inputs(self) -> tuple[dict[str, FloatArray | float], dict[str, FloatArray | float]]:
         """Keyword arguments of ``mixed_step_latency_s`` for the (budget × batch × chunk) grid of mixed
         iterations and for each prompt point's prefill-only pass."""
         grid = self._grid
         budget_left = np.maximum(self.budgets[:, None] - grid[None, :], 1.0)  # (nk, nb)
-        chunk = CHUNK_FRACTIONS[None, None, :] * budget_left[:, :, None]
+        chunk = self._chunk_fractions[None, None, :] * budget_left[:, :, None]
         # a chunk's earlier KV: the cached prefix plus the chunk's offset in its prompt, averaged over the
         # prompt tokens of every chunk (token-weighted: a chunk's attention work grows with its tokens times
         # its offset), over the prompt distribution: its long prompts are the ones split into chunks
@@ -326,7 +337,7 @@ class AggregatedModel:
         grid = self._grid
         nk = self.budgets.size
         budget_left = np.maximum(self.budgets[:, None] - grid[None, :], 1.0)
-        shape = (nk, grid.size, CHUNK_FRACTIONS.size)
+        shape = (nk, grid.size, self._chunk_fractions.size)
         prompt = np.broadcast_to(prompt_prefill_s, self.prompt_compute.shape)
         self.tables = _Tables(batch=np.broadcast_to(grid, (nk, grid.size)).copy(), budget_left=budget_left,
                               mixed_s=np.broadcast_to(mixed_s, shape).copy(),
@@ -388,7 +399,7 @@ class AggregatedModel:
             lo, hi = float(pts[k]), (float(pts[k + 1]) if k + 1 < pts.size else hi)
         if not found:
             return st
-        merged = _concat_states([st, *found])
+        merged = concat_states([st, *found])
         return take_states(merged, np.unique(merged.batch, return_index=True)[1])
 
     def _curve_state(self, wait_scale: float) -> SteadyState:
@@ -929,39 +940,41 @@ _STALL_Z = special.ndtri((STALL_BIN_EDGES[:-1] + STALL_BIN_EDGES[1:]) / 2.0)
 _STALL_MASS = np.diff(STALL_BIN_EDGES)
 
 
-_STALL_N = np.arange(1.0, MAX_STALL_PROMPTS + 1.0)[None, :]
-_STALL_LOG_FACTORIAL = np.cumsum(np.log(_STALL_N), axis=1)
+#: n = 0 … MAX_STALL_PROMPTS and log n!: the Poisson weights p_0 … p_12 of a stall's prompt count
+_STALL_N = np.arange(0.0, MAX_STALL_PROMPTS + 1.0)[None, :]
+_STALL_LOG_FACTORIAL = special.gammaln(_STALL_N + 1.0)
 
 
 def _stall_counts(a: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """(P(N = 1 … 12) (n, 12), P(N ≥ 1), P(N > 12), E[N | N > 12] (each (n, 1))) of a Poisson count N of mean
-    ``a`` (n, 1)."""
-    safe_a = np.maximum(a, 1e-300)
-    pois = np.where(a > 0, np.exp(_STALL_N * np.log(safe_a) - a - _STALL_LOG_FACTORIAL), 0.0)
+    """(P(N = 0 … 12) (n, 13), P(N ≥ 1), P(N > 12), E[N | N > 12] (each (n, 1))) of a Poisson count N of
+    mean ``a`` (n, 1)."""
+    pois = np.exp(_STALL_N * np.log(np.maximum(a, 1e-300)) - a - _STALL_LOG_FACTORIAL)
     p_stall = -np.expm1(-a)
-    tail = np.maximum(p_stall - np.sum(pois, axis=1, keepdims=True), 0.0)
+    tail = np.maximum(p_stall - np.sum(pois[:, 1:], axis=1, keepdims=True), 0.0)
     # E[N | N > 12] = (a − Σ_{n≤12} n·p_n) / P(N > 12)
     beyond = a - np.sum(_STALL_N * pois, axis=1, keepdims=True)
     tail_n = np.where(tail > 1e-300, beyond / np.maximum(tail, 1e-300), MAX_STALL_PROMPTS + 1.0)
     return pois, p_stall, tail, tail_n
 
 
-def _stall_starts(a: FloatArray, g_work: FloatArray, g_mass: FloatArray, keep: NDArray[np.bool_],
-                  mean_pre: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """(P(stall), the work that starts it (n, k), its law given a stall (n, k)) when a Poisson number of mean
-    ``a`` (n, 1) of prompts arrives during a decode iteration: one prompt (its prefill in the prompt groups
-    ``g_work``, of masses ``g_mass``), 2 … 12 prompts at the mean prefill, and the tail beyond."""
-    n = _STALL_N
-    pois, p_stall, tail, tail_n = _stall_counts(a)
+def _stall_starts(counts: tuple[FloatArray, FloatArray, FloatArray, FloatArray], g_work: FloatArray,
+                  g_mass: FloatArray, keep: NDArray[np.bool_], mean_pre: FloatArray
+                  ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(P(stall), the work that starts it (n, k), its law given a stall (n, k)) when a Poisson number of
+    prompts (``counts``: :func:`_stall_counts` of its mean) arrives during a decode iteration: one prompt (its
+    prefill in the prompt groups ``g_work``, of masses ``g_mass``), 2 … 12 prompts at the mean prefill, and
+    the tail beyond."""
+    pois, p_stall, tail, tail_n = counts
     p_stall = p_stall[:, 0]
-    work = np.concatenate([g_work[:, keep], n[:, 1:] * mean_pre, np.maximum(tail_n, 1.0) * mean_pre], axis=1)
+    work = np.concatenate([g_work[:, keep], _STALL_N[:, 2:] * mean_pre, np.maximum(tail_n, 1.0) * mean_pre],
+                          axis=1)
     # the law of a stall given that there is one (its weights sum to 1: consumers weigh it by p_stall); with
     # no arrivals it is the limit a → 0, one prompt
-    counts = np.concatenate([pois, tail], axis=1)
-    lone = np.zeros_like(counts)
+    counts_w = np.concatenate([pois[:, 1:], tail], axis=1)
+    lone = np.zeros_like(counts_w)
     lone[:, 0] = 1.0
-    counts = np.where(p_stall[:, None] > 1e-300, counts / np.maximum(p_stall, 1e-300)[:, None], lone)
-    mass = np.concatenate([counts[:, :1] * g_mass[keep], counts[:, 1:]], axis=1)
+    counts_w = np.where(p_stall[:, None] > 1e-300, counts_w / np.maximum(p_stall, 1e-300)[:, None], lone)
+    mass = np.concatenate([counts_w[:, :1] * g_mass[keep], counts_w[:, 1:]], axis=1)
     return p_stall, work, mass
 
 
@@ -1021,25 +1034,22 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
         # the stall-starting work of one prompt (its groups) and of 2 … 12 prompts does not depend on a_s:
         # their capped lengths once, so that a round costs only the Poisson weights (the tail's count moves)
         one_capped = np.sum(g_mass[keep] * np.minimum(g_work[:, keep], cap), axis=1, keepdims=True)
-        many_capped = np.minimum(_STALL_N[:, 1:] * mean_pre, cap)
+        kind_capped = np.concatenate([one_capped, np.minimum(_STALL_N[:, 2:] * mean_pre, cap)], axis=1)
 
-        def excess(a_s: FloatArray) -> tuple[FloatArray, FloatArray]:
+        def excess(counts: tuple[FloatArray, ...], a_s: FloatArray) -> tuple[FloatArray, FloatArray]:
             # (the prompts per decode end that starters a_s account for, less those there are; its
             # derivative): increasing in a_s. P(stall)·E[returns into it] = Σ_kinds P(kind)·returns_into(its
             # work), with unnormalized Poisson weights p_n, whose derivatives are p_{n−1} − p_n
-            pois, _, tail, tail_n = _stall_counts(a_s)
-            prev = np.concatenate([np.exp(-a_s), pois[:, :-1]], axis=1)
-            d_pois = prev - pois
+            pois, _, tail, tail_n = counts
             tail_work = np.maximum(tail_n, 1.0) * mean_pre
             capped_tail = tail_work >= cap
-            capped = (pois[:, :1] * one_capped + np.sum(pois[:, 1:] * many_capped, axis=1, keepdims=True)
-                      + tail * np.where(capped_tail, cap, tail_work))
+            capped = (np.sum(pois[:, 1:] * kind_capped, axis=1, keepdims=True)
+                      + tail * np.minimum(tail_work, cap))
             # the tail's part: P(N > 12)·cap grows by p_12; uncapped, (a − Σ n·p_n)·E[t] grows by
             # (P(N > 12) + 13·p_12)·E[t]
             p12 = pois[:, -1:]
             d_tail = np.where(capped_tail, p12 * cap, (tail + 13.0 * p12) * mean_pre)
-            d_many = np.sum(d_pois[:, 1:] * many_capped, axis=1, keepdims=True)
-            d_capped = d_pois[:, :1] * one_capped + d_many + d_tail
+            d_capped = np.sum((pois[:, :-1] - pois[:, 1:]) * kind_capped, axis=1, keepdims=True) + d_tail
             return a_s + per_work * capped - per_end, 1.0 + per_work * d_capped
 
         # its root by Newton's method kept inside a bracket, [0, a] at first, where excess(0) = −a ≤ 0 ≤
@@ -1049,8 +1059,10 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
         lo, hi = np.zeros_like(a), a.copy()
         x = np.clip(per_end / (1.0 + per_work * one_capped), 0.0, a)
         done = per_end <= 0.0
+        counts = None
         for _ in range(STALL_RETURN_ROUNDS):
-            fx, dfx = excess(x)
+            counts = _stall_counts(x)
+            fx, dfx = excess(counts, x)
             done = done | (np.abs(fx) <= STALL_RETURN_TOLERANCE * per_end)
             if np.all(done):
                 break
@@ -1058,28 +1070,33 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
             step = x - fx / dfx
             inside = (step > lo) & (step < hi)
             x = np.where(done, x, np.where(inside, step, (lo + hi) / 2.0))
+            counts = None
         a = x
-    p_stall, work, mass = _stall_starts(a, g_work, g_mass, keep, mean_pre)
-    # the busy period is the work itself plus what arrives meanwhile: Y = B − x is 0 when nothing arrives
-    # during x (probability e^{−λx}) and otherwise has the rest of the mean and second moment
-    extra_mean = work * (1.0 / one_minus_u - 1.0)
-    extra_second = work * lam * second / one_minus_u**3 + extra_mean**2
-    q0 = np.exp(-lam * work)
+    else:
+        counts = None
+    # the Poisson weights at the starters' rate (the last round's, when the rows stopped there)
+    p_stall, work, mass = _stall_starts(counts if counts is not None else _stall_counts(a), g_work, g_mass,
+                                        keep, mean_pre)
     if closed_loop:
         # the returns into the stall (above): Poisson of mean m, each adding one prompt's prefill
         m = returns_into(work)
         q0 = np.exp(-m)
         extra_mean = m * mean_pre
-        extra_second = m * second + (m * mean_pre) ** 2
+        extra_second = m * second + extra_mean**2
+    else:
+        # the busy period is the work itself plus what arrives meanwhile: Y = B − x is 0 when nothing
+        # arrives during x (probability e^{−λx}) and otherwise has the rest of the mean and second moment
+        q0 = np.exp(-lam * work)
+        extra_mean = work * (1.0 / one_minus_u - 1.0)
+        extra_second = work * lam * second / one_minus_u**3 + extra_mean**2
     busy = np.maximum(1.0 - q0, 1e-300)
     c_mean, c_second = extra_mean / busy, extra_second / busy
     ratio = np.divide(c_second, c_mean**2, out=np.ones_like(c_mean), where=c_mean > 1e-150)
-    sigma2 = np.log1p(np.maximum(ratio - 1.0, 0.0))
-    pts = np.exp(np.log(np.maximum(c_mean, 1e-300))[:, :, None] - sigma2[:, :, None] / 2.0
-                 + np.sqrt(sigma2)[:, :, None] * _STALL_Z[None, None, :])
-    pts *= (c_mean / np.maximum(np.sum(pts * _STALL_MASS, axis=2), 1e-300))[:, :, None]
+    # the lognormal's points e^{μ + σz} at the bins' middles, rescaled to the mean c_mean: e^{μ} cancels
+    spread = np.exp(np.sqrt(np.log1p(np.maximum(ratio - 1.0, 0.0)))[:, :, None] * _STALL_Z)
+    pts = spread * (c_mean / np.maximum(np.sum(spread * _STALL_MASS, axis=2), 1e-300))[:, :, None]
     stall = np.concatenate([work[:, :, None], work[:, :, None] + pts], axis=2)
-    share = np.concatenate([q0[:, :, None], (1.0 - q0)[:, :, None] * _STALL_MASS[None, None, :]], axis=2)
+    share = np.concatenate([q0[:, :, None], (1.0 - q0)[:, :, None] * _STALL_MASS], axis=2)
     kinds_s = (tau_d[:, None, None] + stall).reshape(stall.shape[0], -1)
     kinds_w = (mass[:, :, None] * share).reshape(stall.shape[0], -1)
     return p_stall, kinds_s, kinds_w
@@ -1096,18 +1113,18 @@ def unchunked_closed_wait_points(st: SteadyState, i: int, weights: FloatArray, f
     (``own_prefill_s`` at the prompt points, ``weights``): a compound Poisson sum
     (``queueing.compound_poisson_points``). Independently, when its client's last decode iteration was
     followed by a stall X (probability p_pre, thinned the same way) it lands in that stall a front-end time
-    F in and waits (X − F)⁺ for it. An exponential of the same mean, which this replaces, puts the p99 of
+    F in and waits (X − F)⁺ for it: the compound sum's independent addend, convolved with it on one
+    lattice. An exponential of the same mean, which this replaces, puts the p99 of
     the wait too far out: one shared prompt's prefill has the tail of the prompt lengths, and the number of
     such prompts is small (Qwen3-32B at N = 64: mean 0.3)."""
     lam, r_dec = float(st.rate_per_s[i]), float(st.iteration_rate_per_s[i])
     a = lam / r_dec * wait_scale if r_dec > 0 else 0.0
-    shared_v, shared_w = Q.compound_poisson_points(a, st.own_prefill_s[i], weights)
     p_stall = min(float(st.mixed_iteration_rate_per_s[i]) / r_dec * wait_scale, 1.0) if r_dec > 0 else 0.0
     kinds_w = st.mixed_kind_weight[i]
     rest = np.maximum(st.mixed_kind_s[i] - st.decode_iteration_s[i] - front_end_s, 0.0)
-    late_v, late_w = Q.binned_points(np.concatenate([[0.0], rest]),
-                                     np.concatenate([[1.0 - p_stall], p_stall * kinds_w / np.sum(kinds_w)]))
-    return Q.binned_points(shared_v[:, None] + late_v[None, :], shared_w[:, None] * late_w[None, :])
+    late = (np.concatenate([[0.0], rest]),
+            np.concatenate([[1.0 - p_stall], p_stall * kinds_w / np.sum(kinds_w)]))
+    return Q.compound_poisson_points(a, st.own_prefill_s[i], weights, plus=late)
 
 
 #: most points of a lock-step cohort's TTFT law (equal-mass bins of its iterations beyond that)
@@ -1152,4 +1169,28 @@ def stack_models(models: list[AggregatedModel]) -> AggregatedModel:
     out.kv_cap_k = np.concatenate([m.kv_cap_k for m in models])
     out.owner = np.concatenate([np.full(m.budgets.size, i) for i, m in enumerate(models)])
     out.local = np.concatenate([np.arange(m.budgets.size) for m in models])
+    return out
+
+
+def with_row_caps(model: AggregatedModel, rows: NDArray[np.intp], caps: FloatArray) -> AggregatedModel:
+    """A model whose budget rows are ``rows`` of ``model`` (a model or a stack; rows may repeat), each capped
+    at ``caps`` decode sequences as well (a ``max_batch_size`` below the row's own cap): the cells (budget,
+    batch limit) of a search, each searched at its own cap. The cap is all that differs between a budget's
+    cells: the states below it are the same, and the batch's fluctuation and the wait for a place in it
+    (``batch.slot_wait``) read ``cap_k``. ``owner`` and ``local`` follow the rows (a model's own: 0 and the
+    row)."""
+    rows = np.asarray(rows, dtype=np.intp)
+    out = copy.copy(model)
+    out.__dict__.pop("_curve_cache", None)
+    out.__dict__.pop("_train_memo", None)
+    t = model.tables
+    out.tables = _Tables(batch=t.batch[rows], budget_left=t.budget_left[rows], mixed_s=t.mixed_s[rows],
+                         prompt_prefill_s=t.prompt_prefill_s[rows], shared_grid=t.shared_grid,
+                         merged_grid=t.merged_grid,
+                         merged_count=None if t.merged_count is None else t.merged_count[rows])
+    out.budgets = model.budgets[rows]
+    out.cap_k = np.minimum(model.cap_k[rows], np.asarray(caps, dtype=np.float64))
+    out.kv_cap_k = model.kv_cap_k[rows]
+    out.owner = getattr(model, "owner", np.zeros(model.budgets.size, dtype=np.intp))[rows]
+    out.local = getattr(model, "local", np.arange(model.budgets.size))[rows]
     return out

@@ -409,6 +409,22 @@ def closed_queue_wait_points(*, clients: float, service_mean_s: float, service_s
     return np.concatenate([[0.0], values]), np.concatenate([[p0], weights])
 
 
+def _binned_sorted(v: FloatArray, p: FloatArray, total: float, edges: FloatArray
+                   ) -> tuple[FloatArray, FloatArray]:
+    """:func:`binned_points` of points already sorted by value, with probabilities ``p`` (summing to 1) and
+    total mass ``total``: the points whose mid-probabilities fall in a bin are a contiguous run, so each
+    nonempty bin is one ``reduceat`` segment."""
+    mid = np.cumsum(p) - 0.5 * p
+    # the first point of each bin: the first whose mid-probability reaches its lower edge (the first bin also
+    # takes anything below 0, the last anything above 1, as a clipped bin index would)
+    starts = np.searchsorted(mid, edges[:-1], side="left")
+    starts[0] = 0
+    ends = np.append(starts[1:], mid.size)
+    idx = starts[starts < ends]
+    mass = np.add.reduceat(p, idx)
+    return np.add.reduceat(p * v, idx) / mass, mass * total
+
+
 def binned_points(values: ArrayLike, weights: ArrayLike, edges: FloatArray = CLOSED_WAIT_EDGES
                   ) -> tuple[FloatArray, FloatArray]:
     """A discrete law (values, weights) re-binned at the probability ``edges``: each point joins the bin its
@@ -422,67 +438,87 @@ def binned_points(values: ArrayLike, weights: ArrayLike, edges: FloatArray = CLO
     if v.size == 0 or total <= 0:
         return np.zeros(1), np.zeros(1)
     order = np.argsort(v, kind="stable")
-    v, p = v[order], w[order] / total
-    mid = np.cumsum(p) - 0.5 * p
-    nb = edges.size - 1
-    b = np.clip(np.searchsorted(edges, mid, side="right") - 1, 0, nb - 1)
-    mass = np.bincount(b, weights=p, minlength=nb)
-    first = np.bincount(b, weights=p * v, minlength=nb)
-    nz = mass > 0
-    return first[nz] / mass[nz], mass[nz] * total
+    return _binned_sorted(v[order], w[order] / total, total, edges)
 
 
-#: most terms of a compound Poisson law convolved one by one, and the Poisson mass left to the gamma law of
-#: the rest (``compound_poisson_points``): below the p99.9's resolution
-COMPOUND_TERMS, COMPOUND_REST = 12, 1e-5
+#: points of the lattice a compound Poisson law is computed on (``compound_poisson_points``), and the mass
+#: its span may leave beyond its end (folded back onto the lattice by the FFT's wrap-around)
+COMPOUND_LATTICE, COMPOUND_REST = 1024, 1e-9
+#: θ·max(X) of the Chernoff bounds the span is the least of (``compound_poisson_points``)
+_CHERNOFF_THETA = np.geomspace(0.05, 60.0, 24)
 
 
-def compound_poisson_points(mean_count: float, values: ArrayLike, weights: ArrayLike
-                            ) -> tuple[FloatArray, FloatArray]:
-    """The law of ``X_1 + … + X_K`` with ``K`` Poisson of mean ``mean_count`` and the ``X_j`` independent,
-    each with the discrete law (``values``, ``weights``), as (values, weights) points: an atom at 0
-    (K = 0), then the k-fold convolutions weighed by P(K = k), each re-binned by :func:`binned_points`, up
-    to ``COMPOUND_TERMS`` terms or until the rest of the Poisson mass is below ``COMPOUND_REST``. That rest
-    (a sum that the central limit theorem makes smooth) is a gamma of its two moments given K > k,
-    E[K']·E[X] and E[K']·Var[X] + Var[K']·E[X]², at the middles of ``CLOSED_WAIT_EDGES`` (rescaled to its
-    mean). The mean, ``mean_count·E[X]``, is kept."""
+def _lattice_masses(values: FloatArray, probs: FloatArray, step: float, size: int) -> FloatArray:
+    """A discrete law on the lattice 0, h, 2h, …: each point's mass split between the two lattice points
+    around it in inverse proportion to the distances, which keeps the mass and the mean of every point."""
+    pos = values / step
+    lo = np.floor(pos).astype(np.intp)
+    up = pos - lo
+    return (np.bincount(lo, weights=probs * (1.0 - up), minlength=size)[:size]
+            + np.bincount(lo + 1, weights=probs * up, minlength=size)[:size])
+
+
+def _clamped_top(v: FloatArray, p: FloatArray, rare: float) -> FloatArray:
+    """``v`` with the points above the smallest value whose upper tail P(V > v) is at most ``rare`` moved down
+    to it."""
+    order = np.argsort(v, kind="stable")
+    above = 1.0 - np.cumsum(p[order])  # P(V > v) at each sorted point (ties: at the last of them)
+    k = int(np.argmax(above <= rare)) if np.any(above <= rare) else v.size - 1
+    return np.minimum(v, v[order][k])
+
+
+def compound_poisson_points(mean_count: float, values: ArrayLike, weights: ArrayLike,
+                            plus: tuple[ArrayLike, ArrayLike] | None = None) -> tuple[FloatArray, FloatArray]:
+    """The law of ``X_1 + … + X_K (+ Y)`` with ``K`` Poisson of mean ``mean_count``, the ``X_j``
+    independent with the discrete law (``values``, ``weights``) and ``Y`` (``plus``, as (values, weights);
+    none by default) independent of them, as points: the atom at 0, then the rest re-binned as
+    :func:`binned_points` does (``CLOSED_WAIT_EDGES``). The mean, ``mean_count·E[X] + E[Y]``, is kept.
+
+    Computed on a lattice of ``COMPOUND_LATTICE`` points by the discrete Fourier transform of the
+    compound law's generating function, exp(a·(φ_X − 1))·φ_Y (Embrechts and Frei, "Panjer recursion versus
+    FFT for compound distributions", Math. Methods Oper. Res. 69, 2009): each point's mass split between its
+    two lattice neighbours (which keeps the mean), and the lattice's span the least Chernoff bound
+    (θ·s − log E[e^{θS}] ≥ log(1 / ``COMPOUND_REST``)) over a grid of θ, so that the mass beyond the span,
+    which the transform folds back to the start, is below ``COMPOUND_REST``."""
     a = max(float(mean_count), 0.0)
-    one_v, one_w = binned_points(values, weights)
-    one_w = one_w / np.sum(one_w)
-    mean_x = float(np.dot(one_v, one_w))
-    var_x = max(float(np.dot(one_v**2, one_w)) - mean_x**2, 0.0)
-    p_k = math.exp(-a)
-    out_v, out_w = [np.zeros(1)], [np.array([p_k])]
-    if a <= 0.0:
-        return out_v[0], out_w[0]
-    cur_v, cur_w = one_v, one_w
-    counted, first, second = p_k, 0.0, 0.0  # P(K ≤ k), Σ j·p_j, Σ j²·p_j
-    for k in range(1, COMPOUND_TERMS + 1):
-        p_k *= a / k
-        out_v.append(cur_v)
-        out_w.append(p_k * cur_w)
-        counted += p_k
-        first += k * p_k
-        second += k * k * p_k
-        if 1.0 - counted < COMPOUND_REST:
-            break
-        if k < COMPOUND_TERMS:
-            cur_v, cur_w = binned_points(cur_v[:, None] + one_v[None, :], cur_w[:, None] * one_w[None, :])
-            cur_w = cur_w / np.sum(cur_w)
-    rest = 1.0 - counted
-    if rest > 0.0:
-        # the Poisson tail K' = K | K > k: E[K'] = (a − Σ j·p_j) / P, E[K'²] = (a + a² − Σ j²·p_j) / P
-        k_mean = max(a - first, 0.0) / rest
-        k_var = max((a + a * a - second) / rest - k_mean**2, 0.0)
-        mean = k_mean * mean_x
-        var = k_mean * var_x + k_var * mean_x**2
-        mid = (CLOSED_WAIT_EDGES[:-1] + CLOSED_WAIT_EDGES[1:]) / 2.0
-        if var > 0.0 and mean > 0.0:
-            shape, scale = mean**2 / var, var / mean
-            tail_v = special.gammaincinv(shape, mid) * scale
-            tail_v *= mean / float(np.dot(tail_v, np.diff(CLOSED_WAIT_EDGES)))
-        else:
-            tail_v = np.full(mid.size, mean)
-        out_v.append(tail_v)
-        out_w.append(rest * np.diff(CLOSED_WAIT_EDGES))
-    return np.concatenate(out_v), np.concatenate(out_w)
+    x = np.asarray(values, dtype=np.float64).ravel()
+    px = np.asarray(weights, dtype=np.float64).ravel()
+    px = px / np.sum(px)
+    if plus is None:
+        y, py = np.zeros(1), np.ones(1)
+    else:
+        y = np.maximum(np.asarray(plus[0], dtype=np.float64).ravel(), 0.0)
+        py = np.asarray(plus[1], dtype=np.float64).ravel()
+        py = py / np.sum(py)
+    atom = math.exp(-a) * float(np.sum(py[y <= 0.0]))
+    target = a * float(np.dot(x, px)) + float(np.dot(y, py))
+    if target <= 0.0:
+        return np.zeros(1), np.ones(1)
+    # points so rare that their expected number is below COMPOUND_REST (a·P(X > x), P(Y > y)) are moved down
+    # to the largest point that is not (the mean is restored at the end): one of them would otherwise set
+    # the span, and leave the lattice's step too coarse for the rest of the law
+    x = _clamped_top(x, px, COMPOUND_REST / max(a, 1e-300))
+    y = _clamped_top(y, py, COMPOUND_REST)
+    top = max(float(np.max(x)) if a > 0 else 0.0, float(np.max(y)))
+    # the span s: P(S > s) ≤ E[e^{θS}]·e^{−θs} for every θ > 0, with log E[e^{θS}] = a·(E[e^{θX}] − 1) +
+    # log E[e^{θY}]
+    theta = _CHERNOFF_THETA / top
+    log_mgf = a * (np.exp(np.outer(theta, x)) @ px - 1.0) + np.log(np.exp(np.outer(theta, y)) @ py)
+    span = float(np.min((log_mgf - math.log(COMPOUND_REST)) / theta))
+    # rounded up to a power of 2^(1/8): the lattice then stays put while the law changes a little, so its
+    # points move between the bins only as their masses change (as the law's own points would), not with
+    # the step
+    span = 2.0 ** (math.ceil(8.0 * math.log2(span)) / 8.0)
+    n = COMPOUND_LATTICE
+    step = span / (n - 2)
+    lat_x = _lattice_masses(np.minimum(x, span), px, step, n)
+    lat_y = _lattice_masses(np.minimum(y, span), py, step, n)
+    s = np.fft.irfft(np.exp(a * (np.fft.rfft(lat_x) - 1.0)) * np.fft.rfft(lat_y), n)
+    s = np.maximum(s, 0.0)  # the transform's rounding: ~1e-17 either side of 0
+    s[0] = max(float(s[0]) - atom, 0.0)
+    rest = float(np.sum(s))
+    if rest <= 0.0:
+        return np.zeros(1), np.ones(1)
+    bv, bw = _binned_sorted(np.arange(n) * step, s / rest, 1.0 - atom, CLOSED_WAIT_EDGES)
+    bv = bv * ((target / float(np.dot(bv, bw))) if np.dot(bv, bw) > 0 else 1.0)
+    return np.concatenate([[0.0], bv]), np.concatenate([[atom], bw])

@@ -62,6 +62,42 @@ def test_compound_poisson_matches_sampling(mean_count):
         assert got == pytest.approx(sampled, rel=0.12, abs=0.01), q
 
 
+@pytest.mark.parametrize("mean_count", [0.3, 4.0])
+def test_compound_poisson_plus_an_independent_addend_matches_sampling(mean_count):
+    """``plus``: the law of the compound sum plus an independent Y (the rest of a stall a prompt lands in),
+    convolved on the same lattice; the atom at 0 is P(K = 0)·P(Y = 0)."""
+    x_v, x_w = np.array([0.03, 0.06, 0.2]), np.array([0.5, 0.35, 0.15])
+    y_v, y_w = np.array([0.0, 0.01, 0.05, 0.3]), np.array([0.6, 0.2, 0.15, 0.05])
+    v, w = Q.compound_poisson_points(mean_count, x_v, x_w, plus=(y_v, y_w))
+    assert w.sum() == pytest.approx(1.0, abs=1e-9)
+    mean = mean_count * float(np.dot(x_v, x_w)) + float(np.dot(y_v, y_w))
+    assert np.dot(v, w) == pytest.approx(mean, rel=1e-9)
+    assert float(w[v == 0.0].sum()) == pytest.approx(math.exp(-mean_count) * 0.6, rel=1e-9)
+    rng = np.random.default_rng(11)
+    k = rng.poisson(mean_count, 200_000)
+    draws = rng.choice(x_v, size=int(k.sum()), p=x_w)
+    sums = np.bincount(np.repeat(np.arange(k.size), k), weights=draws, minlength=k.size)
+    sums += rng.choice(y_v, size=k.size, p=y_w)
+    # a law of many atoms: its quantiles jump, and a point per probability bin (0.05 wide in the body, 0.01
+    # around the p99) lies between the quantiles of its bin's edges; so does a quantile read between them,
+    # give or take the lattice's step (its span over 1022 points, ~1 ms here), over which an atom is spread
+    for q, half in ((0.5, 0.05), (0.9, 0.05), (0.99, 0.01)):
+        lo, hi = np.quantile(sums, [q - half, q + half])
+        got = float(_quantiles(v, w, [q])[0])
+        assert lo - 2e-3 <= got <= hi + 2e-3, q
+
+
+def test_a_rare_outlier_does_not_coarsen_the_lattice():
+    """A point whose expected count is below ``COMPOUND_REST`` (here 1e-13 of the mass, 1000 times the
+    others) would set the lattice's span and leave ~1 lattice step for the rest of the law: it is moved
+    down to the largest ordinary point, which changes the quantiles by a few parts in a million at most."""
+    x_v, x_w = np.array([0.02, 0.05, 0.1, 0.4]), np.array([0.4, 0.3, 0.2, 0.1])
+    plain = Q.compound_poisson_points(2.0, x_v, x_w)
+    odd = Q.compound_poisson_points(2.0, np.append(x_v, 400.0), np.append(x_w, 1e-13))
+    q = [0.5, 0.9, 0.99]
+    assert _quantiles(*odd, q) == pytest.approx(_quantiles(*plain, q), rel=1e-5)
+
+
 def test_no_other_prompt_means_no_wait():
     v, w = Q.compound_poisson_points(0.0, np.array([0.1]), np.array([1.0]))
     assert v.tolist() == [0.0] and w.tolist() == [1.0]
