@@ -5,9 +5,11 @@ the ITL target.
 The space is discrete (a list of budgets × a list of batch limits) and is searched exhaustively: every
 budget's steady-state curve is built in one vectorized pass (:func:`capacity.aggregated_capacity`), each
 batch limit truncates it (:func:`capacity.capacity_at_batch_limits`), and the best cell is picked from
-the whole table. Ties (objectives within 0.5 %) go to the smaller budget (fewer tokens per iteration:
-shorter stalls for running streams) and then to the smaller batch limit. The chosen configuration is
-then evaluated by ``evaluate`` itself, and the reported metrics are that evaluation's.
+the whole table. In the chunk-budget search the cells that can be their budget's best are first searched
+again at their own limit (its batch fluctuation and wait for a place, ``_own_cap_cells``); the whole
+plan's stacked search keeps the truncated curves. Ties (objectives within 0.5 %) go to the smaller budget
+(fewer tokens per iteration: shorter stalls for running streams) and then to the smaller batch limit. The
+chosen configuration is then evaluated by ``evaluate`` itself, and the reported metrics are that evaluation's.
 """
 
 from __future__ import annotations
@@ -30,9 +32,16 @@ from planner.optimize.common import (
     verified_evaluation,
 )
 from planner.serving import queueing as Q
-from planner.serving.aggregated import AggregatedModel, SteadyState, stack_models
-from planner.serving.batch import place_holding_s
-from planner.serving.evaluate import compress_points
+from planner.serving.aggregated import (
+    AggregatedModel,
+    SteadyState,
+    concat_states,
+    stack_models,
+    take_states,
+    with_row_caps,
+)
+from planner.serving.batch import batch_dispersion, place_holding_s
+from planner.serving.evaluate import FLUCTUATION_Z, compress_points
 from planner.serving.types import AggregatedDeployment, Evaluation, ServingProblem, Slo
 
 #: token budgets searched by default [tokens]: Sarathi-Serve's 256–2048 range up to vLLM's 8192 default and beyond
@@ -44,6 +53,9 @@ DEFAULT_MAX_BATCH_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
 #: tie-break among those that keep the budget's capacity; a looser one would charge the chosen
 #: configuration a wait its capacity search did not see (the search tests each budget at its largest limit)
 LIMIT_WAIT_PROBABILITY = 1e-3
+#: a cell whose limit a request would wait for with a smaller probability at its budget's capacity (and which
+#: the batch's fluctuation does not reach) is not searched at its own limit (``_own_cap_cells``)
+OWN_CAP_WAIT = 1e-4
 #: most prompt-length points the search costs (``LengthDistribution.coarsened``); a lognormal's 64 points are
 #: costed as evaluate costs them. Coarser is not safe: the chunks per prompt, ⌈Lp / C⌉, jump where a prompt
 #: point crosses a multiple of the budget, and 32 points moved a lognormal's capacity by up to 5 % against
@@ -193,6 +205,70 @@ def _batch_limits(candidates: np.ndarray, capacity: np.ndarray, places: np.ndarr
     return [int(c) for c in candidates[pick]]
 
 
+def _own_cap_cells(model: AggregatedModel, cap: C.AggregatedCapacity, by_limit: np.ndarray, limits: np.ndarray,
+                   slo: Slo, scv: float, rows: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, C.AggregatedCapacity]:
+    """The cells (budget, batch limit) that can be their budget's best, searched at their own cap.
+
+    ``capacity_at_batch_limits`` gives a cell below the top limit the budget's capacity, or the rate at
+    which the mean batch reaches the limit, with the top limit's batch fluctuation and no wait for a place.
+    At its own limit the fluctuation is cut at the limit (shorter ITL tails: more capacity when ITL binds)
+    and a request near it waits for a place (``batch.slot_wait``: less when TTFT binds). Its states are the
+    top limit's up to its cap, but for the decode batch a stream sees (itself and the others, at most the
+    cap), and λ grows with the batch along the stable branch: the cell's capacity is at most its rate at a
+    mean batch of the limit. A cell where that is below its budget's capacity at the top limit by more than
+    the limit choice's 1e-3 cannot be chosen; the others (``rows``: of these budget rows only; and those
+    unstable at their limit) are searched as their own rows (``with_row_caps``). Returns the table with
+    their capacities, and ``cap`` with each budget's row (rate, batch, binding, state) that of its best cell
+    where one beats the top limit."""
+    top = cap.rate_per_s
+    below = (limits[None, :] < model.cap_k[:, None]) & (top[:, None] > 0)
+    # a limit above the batch's fluctuation points at the top limit's capacity, where a request would wait for
+    # a place with probability under OWN_CAP_WAIT, changes neither the ITL law nor (to within that) the TTFT's
+    # wait there: that cell is the top limit's (up to the search's resolution)
+    sd = np.sqrt(np.maximum(cap.batch, 0.0) * batch_dispersion(model, cap.state, np.arange(top.size)))
+    reaches = np.round(cap.batch + sd * float(np.max(FLUCTUATION_Z))) + 2.0
+    places = np.maximum(np.nan_to_num(_places(model, cap.state)), 0.0)
+    waits = np.stack([Q.erlang_c_array(float(c), places) for c in limits], axis=1)
+    below &= (limits[None, :] <= reaches[:, None]) | (waits >= OWN_CAP_WAIT)
+    if rows is not None:
+        below &= rows[:, None]
+    ks, ls = np.nonzero(below)
+    if ks.size == 0:
+        return by_limit, cap
+    capped = with_row_caps(model, ks, limits[ls])
+    cells_at = np.arange(ks.size)
+    at_limit = capped.states_at_batch(limits[ls], cells_at, scv)
+    reach = at_limit.rate_per_s
+    keep = ~(at_limit.stable & np.isfinite(reach)) | (reach >= top[ks] * (1.0 - 1e-3))
+    ks, ls = ks[keep], ls[keep]
+    if ks.size == 0:
+        return by_limit, cap
+    cells = C.aggregated_capacity(with_row_caps(model, ks, limits[ls]), slo, scv)
+    out = by_limit.copy()
+    out[ks, ls] = cells.rate_per_s
+    # each budget's best cell, where it beats the top limit
+    nk = top.size
+    best = np.full(nk, -1)
+    best_rate = top.copy()
+    for j in np.argsort(-cells.rate_per_s, kind="stable"):
+        k = int(ks[j])
+        if best[k] < 0 and cells.rate_per_s[j] > best_rate[k]:
+            best[k], best_rate[k] = j, cells.rate_per_s[j]
+    if np.all(best < 0):
+        return out, cap
+    st_cells = dataclasses.replace(cells.state, budget_index=ks[cells.state.budget_index])
+    idx = np.where(best >= 0, nk + best, np.arange(nk))
+    state = take_states(concat_states([cap.state, st_cells]), idx)
+    binding = tuple(
+        cap.binding[k] if best[k] < 0
+        else ("max_batch_size" if cells.binding[best[k]] == "batch_capacity" else cells.binding[best[k]])
+        for k in range(nk))
+    batch = np.where(best >= 0, cells.batch[best], cap.batch)
+    merged = dataclasses.replace(cap, rate_per_s=best_rate, batch=batch, binding=binding, state=state)
+    return out, merged
+
+
 @dataclass(kw_only=True)
 class PreparedAggregated:
     """An aggregated configuration set up for the search, waiting for its cost-model grids (``requests``,
@@ -258,6 +334,7 @@ def aggregated_option(
     prepared: PreparedAggregated | None = None,
     times: list[np.ndarray] | None = None,
     quantiles: Literal["all", "chosen", "none"] = "all",
+    own_limits: bool = False,
 ) -> AggregatedOption:
     """Search one aggregated configuration's scheduler settings (exhaustive over budgets × batch limits).
 
@@ -265,7 +342,8 @@ def aggregated_option(
     the longest prompt, so one budget (the deployment's) is costed. ``prepared`` and its cost-model
     ``times`` may come from the caller (see :class:`PreparedAggregated`). ``quantiles`` says which budgets'
     TTFT and ITL percentiles a capacity search reports: all, the chosen one's, or none (a fixed-rate search
-    always computes them: it ranks by them)."""
+    always computes them: it ranks by them). ``own_limits``: a capacity search also searches the cells
+    that can be their budget's best at their own batch limit (``_own_cap_cells``; the chunk-budget search)."""
     if prepared is None:
         prepared = prepare_aggregated(problem, token_budgets=token_budgets, max_batch_sizes=max_batch_sizes)
     model, budgets, mbs = prepared.model, prepared.budgets, prepared.batch_limits
@@ -278,6 +356,8 @@ def aggregated_option(
     scv = arrival_cv**2
     cap = C.aggregated_capacity(model, slo, scv)
     by_limit = C.capacity_at_batch_limits(model, cap, mbs, scv)  # (nk, nm)
+    if own_limits and target_rate_per_replica_per_s is None:
+        by_limit, cap = _own_cap_cells(model, cap, by_limit, mbs, slo, scv)
     if prepared.overhead_sizes is not None and prepared.overhead_weights is not None:
         overhead = _chunk_overhead(times[2:4], prepared.overhead_sizes, prepared.overhead_weights)
     else:
@@ -467,6 +547,7 @@ def _plan_chunked(search: ChunkedSearch, find_nearest: bool) -> ChunkedPlan:
         target_rate_per_replica_per_s=per_rep,
         token_budgets=search.token_budgets,
         max_batch_sizes=search.max_batch_sizes,
+        own_limits=True,
     )
     objective: Literal["max_rate", "min_ttft"] = "max_rate" if per_rep is None else "min_ttft"
     assumptions = (
@@ -475,8 +556,9 @@ def _plan_chunked(search: ChunkedSearch, find_nearest: bool) -> ChunkedPlan:
         f"arrivals open-loop ({'Poisson' if search.arrival_cv == 1 else f'gamma, cv {search.arrival_cv:g}'}), "
         f"split evenly over {reps} replica(s)",
         f"searched token budgets {list(search.token_budgets)} and batch limits {list(search.max_batch_sizes)}",
-        "the batch limit is the smallest that keeps the capacity and sits at or above the decode batch's 99th "
-        "percentile",
+        "the batch limit is the smallest that keeps the capacity (each limit that can be a budget's best "
+        "searched at its own batch cap) and, where one does, leaves a request waiting for a place in the "
+        f"batch with probability at most {LIMIT_WAIT_PROBABILITY:g}",
     )
     # the search's cells in its order of preference; the first one the full evaluation confirms is the answer
     feasible_points = [p for p in opt.points if p.feasible]
