@@ -411,9 +411,9 @@ def closed_queue_wait_points(*, clients: float, service_mean_s: float, service_s
 
 def _binned_sorted(v: FloatArray, p: FloatArray, total: float, edges: FloatArray
                    ) -> tuple[FloatArray, FloatArray]:
-    """:func:`binned_points` of points already sorted by value, with probabilities ``p`` (summing to 1) and
-    total mass ``total``: the points whose mid-probabilities fall in a bin are a contiguous run, so each
-    nonempty bin is one ``reduceat`` segment."""
+    """:func:`binned_points` of points already sorted by value, with probabilities ``p`` (positive, summing
+    to 1) and total mass ``total``: the points whose mid-probabilities fall in a bin are a contiguous run, so
+    each nonempty bin is one ``reduceat`` segment."""
     mid = np.cumsum(p) - 0.5 * p
     # the first point of each bin: the first whose mid-probability reaches its lower edge (the first bin also
     # takes anything below 0, the last anything above 1, as a clipped bin index would)
@@ -444,6 +444,9 @@ def binned_points(values: ArrayLike, weights: ArrayLike, edges: FloatArray = CLO
 #: points of the lattice a compound Poisson law is computed on (``compound_poisson_points``), and the mass
 #: its span may leave beyond its end (folded back onto the lattice by the FFT's wrap-around)
 COMPOUND_LATTICE, COMPOUND_REST = 1024, 1e-9
+#: below this mass beyond the atom at 0 the law is the atom alone (the transform's rounding, ~1e-16 of the
+#: atom, would be all there is of the rest)
+COMPOUND_NEGLIGIBLE = 1e-12
 #: θ·max(X) of the Chernoff bounds the span is the least of (``compound_poisson_points``)
 _CHERNOFF_THETA = np.geomspace(0.05, 60.0, 24)
 
@@ -490,9 +493,11 @@ def compound_poisson_points(mean_count: float, values: ArrayLike, weights: Array
         y = np.maximum(np.asarray(plus[0], dtype=np.float64).ravel(), 0.0)
         py = np.asarray(plus[1], dtype=np.float64).ravel()
         py = py / np.sum(py)
-    atom = math.exp(-a) * float(np.sum(py[y <= 0.0]))
+    # the atom at 0, P(K = 0)·P(Y = 0), and the mass of the rest, 1 − atom, without the cancellation
+    q0 = float(np.sum(py[y <= 0.0]))
+    rest_mass = (1.0 - q0) - q0 * math.expm1(-a)
     target = a * float(np.dot(x, px)) + float(np.dot(y, py))
-    if target <= 0.0:
+    if target <= 0.0 or rest_mass < COMPOUND_NEGLIGIBLE:
         return np.zeros(1), np.ones(1)
     # points so rare that their expected number is below COMPOUND_REST (a·P(X > x), P(Y > y)) are moved down
     # to the largest point that is not (the mean is restored at the end): one of them would otherwise set
@@ -503,7 +508,9 @@ def compound_poisson_points(mean_count: float, values: ArrayLike, weights: Array
     # the span s: P(S > s) ≤ E[e^{θS}]·e^{−θs} for every θ > 0, with log E[e^{θS}] = a·(E[e^{θX}] − 1) +
     # log E[e^{θY}]
     theta = _CHERNOFF_THETA / top
-    log_mgf = a * (np.exp(np.outer(theta, x)) @ px - 1.0) + np.log(np.exp(np.outer(theta, y)) @ py)
+    log_mgf = np.log(np.exp(np.outer(theta, y)) @ py)
+    if a > 0.0:  # (θ·x ≤ 60 here: x ≤ top)
+        log_mgf += a * (np.exp(np.outer(theta, x)) @ px - 1.0)
     span = float(np.min((log_mgf - math.log(COMPOUND_REST)) / theta))
     # rounded up to a power of 2^(1/8): the lattice then stays put while the law changes a little, so its
     # points move between the bins only as their masses change (as the law's own points would), not with
@@ -515,10 +522,11 @@ def compound_poisson_points(mean_count: float, values: ArrayLike, weights: Array
     lat_y = _lattice_masses(np.minimum(y, span), py, step, n)
     s = np.fft.irfft(np.exp(a * (np.fft.rfft(lat_x) - 1.0)) * np.fft.rfft(lat_y), n)
     s = np.maximum(s, 0.0)  # the transform's rounding: ~1e-17 either side of 0
-    s[0] = max(float(s[0]) - atom, 0.0)
+    s[0] = max(float(s[0]) - (1.0 - rest_mass), 0.0)
     rest = float(np.sum(s))
     if rest <= 0.0:
         return np.zeros(1), np.ones(1)
-    bv, bw = _binned_sorted(np.arange(n) * step, s / rest, 1.0 - atom, CLOSED_WAIT_EDGES)
+    held = np.flatnonzero(s > 0.0)  # the lattice points with mass (a bin of massless ones has no mean)
+    bv, bw = _binned_sorted(held * step, s[held] / rest, rest_mass, CLOSED_WAIT_EDGES)
     bv = bv * ((target / float(np.dot(bv, bw))) if np.dot(bv, bw) > 0 else 1.0)
-    return np.concatenate([[0.0], bv]), np.concatenate([[atom], bw])
+    return np.concatenate([[0.0], bv]), np.concatenate([[1.0 - rest_mass], bw])

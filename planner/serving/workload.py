@@ -55,10 +55,14 @@ class LengthDistribution:
 
     def quantile(self, q: float) -> float:
         """Smallest value whose cumulative probability reaches ``q`` (0..1)."""
+        return float(self.quantiles([q])[0])
+
+    def quantiles(self, qs: list[float]) -> NDArray[np.float64]:
+        """:meth:`quantile` of each of ``qs``, sorting once."""
         order = np.argsort(self.values)
         cdf = np.cumsum(self.weights[order])
-        idx = int(np.searchsorted(cdf, q - 1e-12))
-        return float(self.values[order][min(idx, len(order) - 1)])
+        idx = np.searchsorted(cdf, np.asarray(qs, dtype=np.float64) - 1e-12)
+        return self.values[order][np.minimum(idx, len(order) - 1)]
 
     def coarsened(self, num_points: int) -> LengthDistribution:
         """At most ``num_points`` points: the sorted values cut into groups of about equal probability, each

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from planner.engines import find_engine
 from planner.hardware import load_catalog
@@ -96,6 +98,24 @@ def test_a_rare_outlier_does_not_coarsen_the_lattice():
     odd = Q.compound_poisson_points(2.0, np.append(x_v, 400.0), np.append(x_w, 1e-13))
     q = [0.5, 0.9, 0.99]
     assert _quantiles(*odd, q) == pytest.approx(_quantiles(*plain, q), rel=1e-5)
+
+
+_law = hs.lists(hs.tuples(hs.sampled_from([0.0, 0.0033, 0.025, 0.05, 0.0542, 0.1, 0.4]),
+                          hs.sampled_from([1e-5, 0.01, 0.0285, 0.25, 0.5, 0.77])), min_size=1, max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(a=hs.floats(0.0, 20.0), x=_law, y=_law)
+def test_compound_points_are_finite_weighted_and_keep_the_mean(a, x, y):
+    """Atoms on the lattice (fixed prompts, a stall law with an atom at 0) leave runs of massless lattice
+    points, which a bin must not be made of alone: every point is finite and carries mass."""
+    x_v, x_w = np.array([max(v, 1e-3) for v, _ in x]), np.array([w for _, w in x])
+    y_v, y_w = np.array([v for v, _ in y]), np.array([w for _, w in y])
+    v, w = Q.compound_poisson_points(a, x_v, x_w, plus=(y_v, y_w))
+    assert np.all(np.isfinite(v)) and np.all(v >= 0.0)
+    assert np.all(w[1:] > 0.0) and w.sum() == pytest.approx(1.0, abs=1e-9)
+    mean = a * float(np.dot(x_v, x_w)) / x_w.sum() + float(np.dot(y_v, y_w)) / y_w.sum()
+    assert float(np.dot(v, w)) == pytest.approx(mean, rel=1e-9, abs=1e-12)
 
 
 def test_no_other_prompt_means_no_wait():

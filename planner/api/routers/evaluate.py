@@ -257,14 +257,8 @@ def deployment_echo(
 
 
 def _length_summary(dist: LengthDistribution) -> LengthSummaryOut:
-    return LengthSummaryOut(
-        kind=dist.kind,
-        mean=dist.mean,
-        p50=dist.quantile(0.5),
-        p90=dist.quantile(0.9),
-        p99=dist.quantile(0.99),
-        max=dist.max,
-    )
+    p50, p90, p99 = (float(v) for v in dist.quantiles([0.5, 0.9, 0.99]))
+    return LengthSummaryOut(kind=dist.kind, mean=dist.mean, p50=p50, p90=p90, p99=p99, max=dist.max)
 
 
 def _workload_echo(workload: Workload) -> WorkloadOut:
