@@ -206,8 +206,7 @@ def _batch_limits(candidates: np.ndarray, capacity: np.ndarray, places: np.ndarr
 
 
 def _own_cap_cells(model: AggregatedModel, cap: C.AggregatedCapacity, by_limit: np.ndarray, limits: np.ndarray,
-                   slo: Slo, scv: float, rows: np.ndarray | None = None
-                   ) -> tuple[np.ndarray, C.AggregatedCapacity]:
+                   slo: Slo, scv: float) -> tuple[np.ndarray, C.AggregatedCapacity]:
     """The cells (budget, batch limit) that can be their budget's best, searched at their own cap.
 
     ``capacity_at_batch_limits`` gives a cell below the top limit the budget's capacity, or the rate at
@@ -217,8 +216,8 @@ def _own_cap_cells(model: AggregatedModel, cap: C.AggregatedCapacity, by_limit: 
     top limit's up to its cap, but for the decode batch a stream sees (itself and the others, at most the
     cap), and λ grows with the batch along the stable branch: the cell's capacity is at most its rate at a
     mean batch of the limit. A cell where that is below its budget's capacity at the top limit by more than
-    the limit choice's 1e-3 cannot be chosen; the others (``rows``: of these budget rows only; and those
-    unstable at their limit) are searched as their own rows (``with_row_caps``). Returns the table with
+    the limit choice's 1e-3 cannot be chosen; the others (and those unstable at their limit) are searched
+    as their own rows (``with_row_caps``). Returns the table with
     their capacities, and ``cap`` with each budget's row (rate, batch, binding, state) that of its best cell
     where one beats the top limit."""
     top = cap.rate_per_s
@@ -231,8 +230,6 @@ def _own_cap_cells(model: AggregatedModel, cap: C.AggregatedCapacity, by_limit: 
     places = np.maximum(np.nan_to_num(_places(model, cap.state)), 0.0)
     waits = np.stack([Q.erlang_c_array(float(c), places) for c in limits], axis=1)
     below &= (limits[None, :] <= reaches[:, None]) | (waits >= OWN_CAP_WAIT)
-    if rows is not None:
-        below &= rows[:, None]
     ks, ls = np.nonzero(below)
     if ks.size == 0:
         return by_limit, cap
