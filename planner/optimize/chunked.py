@@ -5,11 +5,11 @@ the ITL target.
 The space is discrete (a list of budgets × a list of batch limits) and is searched exhaustively: every
 budget's steady-state curve is built in one vectorized pass (:func:`capacity.aggregated_capacity`), each
 batch limit truncates it (:func:`capacity.capacity_at_batch_limits`), and the best cell is picked from
-the whole table. In the chunk-budget search the cells that can be their budget's best are first searched
-again at their own limit (its batch fluctuation and wait for a place, ``_own_cap_cells``); the whole
-plan's stacked search keeps the truncated curves. Ties (objectives within 0.5 %) go to the smaller budget
-(fewer tokens per iteration: shorter stalls for running streams) and then to the smaller batch limit. The
-chosen configuration is then evaluated by ``evaluate`` itself, and the reported metrics are that evaluation's.
+the whole table, after the cells that can be their budget's best are searched again at their own limit
+(its batch fluctuation and wait for a place, ``_own_cap_cells``). Ties (objectives within 0.5 %) go to
+the smaller budget (fewer tokens per iteration: shorter stalls for running streams) and then to the
+smaller batch limit. The chosen configuration is then evaluated by ``evaluate`` itself, and the reported
+metrics are that evaluation's.
 """
 
 from __future__ import annotations
@@ -340,7 +340,8 @@ def aggregated_option(
     ``times`` may come from the caller (see :class:`PreparedAggregated`). ``quantiles`` says which budgets'
     TTFT and ITL percentiles a capacity search reports: all, the chosen one's, or none (a fixed-rate search
     always computes them: it ranks by them). ``own_limits``: a capacity search also searches the cells
-    that can be their budget's best at their own batch limit (``_own_cap_cells``; the chunk-budget search)."""
+    that can be their budget's best at their own batch limit (``_own_cap_cells``), as the chunk-budget
+    search and the whole plan's stacked search (``capacity_options``) do."""
     if prepared is None:
         prepared = prepare_aggregated(problem, token_budgets=token_budgets, max_batch_sizes=max_batch_sizes)
     model, budgets, mbs = prepared.model, prepared.budgets, prepared.batch_limits
@@ -369,9 +370,11 @@ def capacity_options(prepared: list[PreparedAggregated], times: list[list[np.nda
     one vectorized pass. The configurations must share the workload, engine and batch limits.
 
     Each option's choice (budget, batch limit, capacity, binding constraint, frontier) is that of the
-    exhaustive search; the budget rows that provably cannot be chosen stop refining early (see
-    ``aggregated_capacity``'s ``choose_in``), so their points carry a rate they surely reach, not their
-    capacity: the whole plan reports the chosen budget only."""
+    exhaustive search (``aggregated_option`` with ``own_limits``: the cells that can be a budget's best at
+    their own limits, ``_own_cap_cells``); the budget rows that provably cannot be chosen stop refining
+    early (see ``aggregated_capacity``'s ``choose_in``), so their points carry a rate they surely reach,
+    not their capacity: the whole plan reports the chosen budget only. A stopped row's cells are searched
+    from its lower bound, so more of them are, each exactly: its point stays at most the exhaustive one."""
     scv = arrival_cv**2
     for prep, t in zip(prepared, times, strict=True):
         if not hasattr(prep.model, "tables"):
@@ -387,6 +390,7 @@ def capacity_options(prepared: list[PreparedAggregated], times: list[list[np.nda
         cap = C.aggregated_capacity(stack, slo, scv, choose_in=stack.owner, tie_fraction=TIE_FRACTION,
                                     batch_top=float(np.max(mbs)))
         by_limit = C.capacity_at_batch_limits(stack, cap, mbs, scv)
+        by_limit, cap = _own_cap_cells(stack, cap, by_limit, mbs, slo, scv)
         limits = _batch_limits(mbs, by_limit, _places(stack, cap.state))  # every row at once
         for pos, i in enumerate(idx):
             prep = prepared[i]

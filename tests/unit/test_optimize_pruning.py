@@ -67,7 +67,7 @@ def test_stacked_search_chooses_as_the_exhaustive_one(model_id: str, workload: s
     lowered = 0
     for prep, t, got in zip(preps, times, stacked, strict=True):
         alone = _prepared_again(prep)
-        ref = aggregated_option(prep.problem, slo, prepared=alone, times=t, quantiles="none")
+        ref = aggregated_option(prep.problem, slo, prepared=alone, times=t, quantiles="none", own_limits=True)
         label = f"{prep.problem.deployment.gpu.id} tp{prep.problem.deployment.parallelism.tp}"
         assert got.token_budget == ref.token_budget, label
         assert got.max_batch_size == ref.max_batch_size, label
