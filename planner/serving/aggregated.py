@@ -41,6 +41,7 @@ from planner.costs.passes import mixed_step_latency_many
 from planner.costs.types import CostContext
 from planner.errors import ModelDoesNotFit, UnsupportedConfiguration
 from planner.serving import queueing as Q
+from planner.serving.grids import broadcast_view, geometric_grid, sorted_unique
 from planner.serving.types import AggregatedDeployment, ServingProblem
 
 FloatArray = NDArray[np.float64]
@@ -111,7 +112,8 @@ class _Tables:
         """Decode-only iteration time at batch ``b`` in the rows ``budget`` (leading axes of ``b``)."""
         b = np.asarray(b, dtype=np.float64)
         k = np.asarray(budget, dtype=np.intp)
-        k = np.broadcast_to(k.reshape(k.shape + (1,) * (b.ndim - k.ndim)), b.shape)
+        # (its own shape: the look-ups below broadcast it against the batch's indices)
+        k = k.reshape(k.shape + (1,) * (b.ndim - k.ndim))
         i0, a = self._locate(b, k)
         return self.mixed_s[k, i0, 0] * (1.0 - a) + self.mixed_s[k, i0 + 1, 0] * a
 
@@ -120,7 +122,7 @@ class _Tables:
         (value at each chunk-fraction segment's start (n, nf − 1), slope along it, 1 / chunk budget (n, 1)).
         Linear in the batch between grid rows, piecewise linear in the chunk fraction."""
         b = np.asarray(b, dtype=np.float64)
-        k = np.broadcast_to(np.asarray(budget, dtype=np.intp), b.shape)
+        k = np.asarray(budget, dtype=np.intp)  # the look-ups below broadcast it against the batch's indices
         r0, a = self._locate(b, k)
         a = a[:, None]
         rows = self.mixed_s[k, r0] * (1.0 - a) + self.mixed_s[k, r0 + 1] * a  # (n, nf)
@@ -187,6 +189,11 @@ class _Train:
     last_s: FloatArray
     full_share: FloatArray
     last_share: FloatArray
+
+
+def _unit_interval(x: float) -> float:
+    """``x`` clipped to [0, 1]: ``float(np.clip(x, 0, 1))`` of a scalar (NaN kept), without numpy's cost."""
+    return min(max(float(x), 0.0), 1.0)
 
 
 def _stable_branch(st: SteadyState) -> NDArray[np.bool_]:
@@ -285,7 +292,7 @@ class AggregatedModel:
                 f"the KV cache of one replica holds {self.plan.kv_capacity_tokens} tokens, less than the longest "
                 f"prompt ({int(w.input_tokens.max)} tokens)", kv_capacity_tokens=self.plan.kv_capacity_tokens,
             )
-        self._grid = np.unique(np.concatenate([[0.0, 1.0], np.geomspace(1.0, max(self.batch_cap, 1.0),
+        self._grid = sorted_unique(np.concatenate([[0.0], geometric_grid(1.0, max(self.batch_cap, 1.0),
                                                                          NUM_BATCH_POINTS)]))
         if tabulate:
             # both grids in one pass of the cost model (its time is mostly per operator, not per point)
@@ -366,7 +373,7 @@ class AggregatedModel:
         cache = self.__dict__.setdefault("_curve_cache", {})
         if wait_scale not in cache:
             cap = max(self.batch_cap, 1e-3)
-            b = np.concatenate([[0.0], np.geomspace(min(1e-3, cap), cap, CURVE_POINTS)])
+            b = np.concatenate([[0.0], geometric_grid(min(1e-3, cap), cap, CURVE_POINTS)])
             st = self._refined_edge(b, self._at_batch(b, 1.0, wait_scale), wait_scale)
             cache[wait_scale] = (st.batch, st.rate_per_s, _stable_branch(st), st)
         return cache[wait_scale][:3]
@@ -429,7 +436,7 @@ class AggregatedModel:
         steps = self.mean_decode_steps
         # the batch a decoding request runs in: itself plus the others (Poisson for an open loop, the M/G/∞
         # occupancy seen from inside; the other N − 1 clients' share for a closed loop)
-        k_idx = np.broadcast_to(np.asarray(budget, dtype=np.intp), b.shape)
+        k_idx = broadcast_view(np.asarray(budget, dtype=np.intp), b.shape)
         cap = self.cap_k[k_idx]
         seen = np.minimum(b * wait_scale + 1.0, np.maximum(cap, 1.0))
         c_left = np.maximum(self.budgets[k_idx] - seen, 1.0)[:, None]
@@ -467,7 +474,7 @@ class AggregatedModel:
                 else:
                     lam = np.where(b > 0, np.inf, 0.0)
             else:
-                lam = np.broadcast_to(rate_per_s, b.shape)
+                lam = broadcast_view(rate_per_s, b.shape)
             return tau_m, k, lam, lam * k * tau_m
 
         if self.closed_loop:
@@ -481,7 +488,7 @@ class AggregatedModel:
                 tau_m, k, lam, u = lane(u_top)
         else:
             e_fixed = (None if rate_per_s is None
-                       else np.exp(-np.broadcast_to(rate_per_s, b.shape)[..., None] * t_alone) @ wv)
+                       else np.exp(-broadcast_view(rate_per_s, b.shape)[..., None] * t_alone) @ wv)
 
             def step(top: FloatArray) -> tuple[FloatArray, tuple[FloatArray, ...]]:
                 state = lane(top)
@@ -499,7 +506,8 @@ class AggregatedModel:
                 ok = np.isfinite(slope) & (np.abs(slope) > 1e-12)
                 x2 = np.where(ok, x1 - f1 * (x1 - x0) / np.where(ok, slope, 1.0), g1)
                 x0, g0 = x1, g1
-                x1 = np.clip(np.nan_to_num(x2, nan=0.0), 0.0, MAX_UTILIZATION)
+                # NaN to 0 (±inf clip to the bounds)
+                x1 = np.clip(np.where(np.isnan(x2), 0.0, x2), 0.0, MAX_UTILIZATION)
                 g1, state = step(x1)
             u_top = x1
             tau_m, k, lam, u = state
@@ -550,12 +558,12 @@ class AggregatedModel:
     def _unchunked(self, b: FloatArray, arrival_scv: float, wait_scale: float,
                    rate_per_s: FloatArray | None, budget: NDArray[np.intp] | int = 0) -> SteadyState:
         tb = self.tables
-        k_idx = np.broadcast_to(np.asarray(budget, dtype=np.intp), b.shape)
+        k_idx = broadcast_view(np.asarray(budget, dtype=np.intp), b.shape)
         cap = self.cap_k[k_idx]
         t_pre = tb.prompt_prefill_s[k_idx]  # (n, ni)
         w = self.in_weights[None, :]
-        mean_pre = np.sum(w * t_pre, axis=1)
-        scv_pre = np.sum(w * t_pre**2, axis=1) / mean_pre**2 - 1.0
+        mean_pre = np.add.reduce(w * t_pre, axis=1)
+        scv_pre = np.add.reduce(w * t_pre**2, axis=1) / mean_pre**2 - 1.0
         steps = self.mean_decode_steps
         tau_d = tb.decode(np.minimum(b * wait_scale + 1.0, np.maximum(cap, 1.0)), k_idx)
         if rate_per_s is None:
@@ -571,7 +579,7 @@ class AggregatedModel:
         wq = u_w / (1.0 - u_w) * (arrival_scv + scv_pre) / 2.0 * mean_pre
         # a new prompt waits for the decode iteration in progress (prefills have priority over decodes)
         residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - u_c) * wait_scale
-        p_pre, kinds_s, kinds_w = _unchunked_stalls(np.broadcast_to(lam, b.shape), u_c, tau_d, t_pre, w,
+        p_pre, kinds_s, kinds_w = _unchunked_stalls(broadcast_view(lam, b.shape), u_c, tau_d, t_pre, w,
                                                     self._prompt_order, self.closed_loop,
                                                     self.problem.engine.request_overhead_s)
         if self.closed_loop:
@@ -582,7 +590,8 @@ class AggregatedModel:
             # stall instead and first waits for the rest of it, (X − F)⁺
             f = self.problem.engine.request_overhead_s
             stall = kinds_s - tau_d[:, None]
-            late = np.sum(kinds_w * np.maximum(stall - f, 0.0), axis=1) / np.maximum(np.sum(kinds_w, axis=1), 1e-300)
+            late = np.add.reduce(kinds_w * np.maximum(stall - f, 0.0), axis=1) / np.maximum(
+                np.add.reduce(kinds_w, axis=1), 1e-300)
             wq = (lam / r_dec * mean_pre + p_pre * late) * wait_scale
             residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - p_pre) * wait_scale
         # a stream's gap: its decode iteration, then the prefill-only iterations the scheduler runs back to
@@ -617,7 +626,7 @@ class AggregatedModel:
         """
         if not self._lockstep_applies(clients):
             return None
-        phi = float(np.clip(self.problem.engine.closed_loop_coherence, 0.0, 1.0))
+        phi = _unit_interval(self.problem.engine.closed_loop_coherence)
         b = np.atleast_1d(np.asarray(batch, dtype=np.float64))
         if not self.dep.chunked_prefill:
             times, weights = self._unchunked_cohort(clients)
@@ -635,7 +644,7 @@ class AggregatedModel:
         ``LOCKSTEP_POINTS`` points: equal-mass bins of the iterations beyond that); mean as :meth:`lockstep`."""
         if not self._lockstep_applies(clients):
             return None
-        phi = float(np.clip(self.problem.engine.closed_loop_coherence, 0.0, 1.0))
+        phi = _unit_interval(self.problem.engine.closed_loop_coherence)
         if not self.dep.chunked_prefill:
             times, weights = self._unchunked_cohort(clients)
             return phi, times, weights
@@ -654,7 +663,7 @@ class AggregatedModel:
         if not (self.dep.chunked_prefill and self._lockstep_applies(clients)
                 and self._train_at(np.array([float(batch)]))[0]):
             return None
-        phi = float(np.clip(self.problem.engine.closed_loop_coherence, 0.0, 1.0))
+        phi = _unit_interval(self.problem.engine.closed_loop_coherence)
         tr = self._chunked_train(np.array([float(batch)]), clients)
         q_full, q_last = float(tr.full_share[0]), float(tr.last_share[0])
         return (phi, np.array([tr.decode_s[0], tr.full_s[0], tr.last_s[0]]),
@@ -733,7 +742,7 @@ class AggregatedModel:
 
     def _lockstep_applies(self, clients: float | None) -> bool:
         w = self.problem.workload
-        phi = float(np.clip(self.problem.engine.closed_loop_coherence, 0.0, 1.0))
+        phi = _unit_interval(self.problem.engine.closed_loop_coherence)
         return not (clients is None or w.arrival.kind != "closed_loop" or phi <= 0 or clients <= 1.0
                     or w.input_tokens.values.size != 1 or w.output_tokens.values.size != 1)
 
@@ -775,7 +784,8 @@ class AggregatedModel:
         lock = self.lockstep(st.batch, clients) if clients is not None else None
         if lock is not None:
             phi, t_lock = lock
-            ttft = np.where(np.isfinite(t_lock), (1.0 - phi) * ttft + phi * np.nan_to_num(t_lock), ttft)
+            finite = np.isfinite(t_lock)
+            ttft = np.where(finite, (1.0 - phi) * ttft + phi * np.where(finite, t_lock, 0.0), ttft)
         return ttft
 
     def mean_e2e_s(self, st: SteadyState, clients: float | None = None) -> FloatArray:
@@ -817,7 +827,7 @@ class AggregatedModel:
             return top, self.steady_state(np.array([top]), arrival_scv, scale)
         lam0 = float(np.interp(clients, pops, st.rate_per_s))
         for _ in range(CLOSED_LOOP_ROUNDS):
-            cand = np.unique(np.clip(lam0 * (1.0 + CLOSED_LOOP_OFFSETS), 0.0, top))
+            cand = sorted_unique(np.clip(lam0 * (1.0 + CLOSED_LOOP_OFFSETS), 0.0, top))
             sts = self.steady_state(cand, arrival_scv, scale)
             n = cand * self.mean_e2e_s(sts, clients)
             inside = np.flatnonzero((n[:-1] <= clients) & (n[1:] >= clients) & (n[1:] > n[:-1]))
@@ -850,7 +860,7 @@ def _between_states(st: SteadyState, j: int, w: float, rate_per_s: float) -> Ste
         if isinstance(v, np.ndarray) and v.shape[:1] == (n,):
             if v.dtype == np.bool_:
                 out[k] = v[j:j + 1] & v[j + 1:j + 2]
-            elif np.issubdtype(v.dtype, np.floating):
+            elif v.dtype.kind == "f":  # np.issubdtype(v.dtype, np.floating), cheaper
                 out[k] = v[j:j + 1] + w * (v[j + 1:j + 2] - v[j:j + 1])
             else:
                 out[k] = v[j:j + 1]
@@ -894,8 +904,8 @@ def _phase_residual(p_mixed: FloatArray, tau_m: FloatArray, tau_d: FloatArray, f
     A uniform phase (the default, for a front end whose spread is not known) gives τ_d / 2 for the lane's
     idle share of the time."""
     p = np.asarray(p_mixed, dtype=np.float64)
-    tm = np.broadcast_to(np.asarray(tau_m, dtype=np.float64), p.shape)
-    td = np.broadcast_to(np.asarray(tau_d, dtype=np.float64), p.shape)
+    tm = broadcast_view(np.asarray(tau_m, dtype=np.float64), p.shape)
+    td = broadcast_view(np.asarray(tau_d, dtype=np.float64), p.shape)
     f = float(front_end_s)
     out = np.zeros(p.shape)
     for i in range(PHASE_ITERATIONS):
@@ -950,9 +960,9 @@ def _stall_counts(a: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, Fl
     mean ``a`` (n, 1)."""
     pois = np.exp(_STALL_N * np.log(np.maximum(a, 1e-300)) - a - _STALL_LOG_FACTORIAL)
     p_stall = -np.expm1(-a)
-    tail = np.maximum(p_stall - np.sum(pois[:, 1:], axis=1, keepdims=True), 0.0)
+    tail = np.maximum(p_stall - np.add.reduce(pois[:, 1:], axis=1, keepdims=True), 0.0)
     # E[N | N > 12] = (a − Σ_{n≤12} n·p_n) / P(N > 12)
-    beyond = a - np.sum(_STALL_N * pois, axis=1, keepdims=True)
+    beyond = a - np.add.reduce(_STALL_N * pois, axis=1, keepdims=True)
     tail_n = np.where(tail > 1e-300, beyond / np.maximum(tail, 1e-300), MAX_STALL_PROMPTS + 1.0)
     return pois, p_stall, tail, tail_n
 
@@ -1002,8 +1012,8 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
     a = np.maximum(lam * tau_d[:, None], 0.0)
     if closed_loop:
         a = a / one_minus_u
-    mean_pre = np.sum(w * t_pre, axis=1, keepdims=True)
-    second = np.sum(w * t_pre**2, axis=1, keepdims=True)
+    mean_pre = np.add.reduce(w * t_pre, axis=1, keepdims=True)
+    second = np.add.reduce(w * t_pre**2, axis=1, keepdims=True)
     # one prompt: the prompt points in groups of equal mass (by prompt length), at their mean prefill
     ws = w[0, order] if w.ndim == 2 else w[order]
     groups = np.minimum((np.cumsum(ws) - 0.5 * ws) * STALL_PROMPT_GROUPS, STALL_PROMPT_GROUPS - 1e-9).astype(int)
@@ -1033,7 +1043,7 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
 
         # the stall-starting work of one prompt (its groups) and of 2 … 12 prompts does not depend on a_s:
         # their capped lengths once, so that a round costs only the Poisson weights (the tail's count moves)
-        one_capped = np.sum(g_mass[keep] * np.minimum(g_work[:, keep], cap), axis=1, keepdims=True)
+        one_capped = np.add.reduce(g_mass[keep] * np.minimum(g_work[:, keep], cap), axis=1, keepdims=True)
         kind_capped = np.concatenate([one_capped, np.minimum(_STALL_N[:, 2:] * mean_pre, cap)], axis=1)
 
         def excess(counts: tuple[FloatArray, ...], a_s: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -1043,13 +1053,14 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
             pois, _, tail, tail_n = counts
             tail_work = np.maximum(tail_n, 1.0) * mean_pre
             capped_tail = tail_work >= cap
-            capped = (np.sum(pois[:, 1:] * kind_capped, axis=1, keepdims=True)
+            capped = (np.add.reduce(pois[:, 1:] * kind_capped, axis=1, keepdims=True)
                       + tail * np.minimum(tail_work, cap))
             # the tail's part: P(N > 12)·cap grows by p_12; uncapped, (a − Σ n·p_n)·E[t] grows by
             # (P(N > 12) + 13·p_12)·E[t]
             p12 = pois[:, -1:]
             d_tail = np.where(capped_tail, p12 * cap, (tail + 13.0 * p12) * mean_pre)
-            d_capped = np.sum((pois[:, :-1] - pois[:, 1:]) * kind_capped, axis=1, keepdims=True) + d_tail
+            d_capped = (np.add.reduce((pois[:, :-1] - pois[:, 1:]) * kind_capped, axis=1, keepdims=True)
+                        + d_tail)
             return a_s + per_work * capped - per_end, 1.0 + per_work * d_capped
 
         # its root by Newton's method kept inside a bracket, [0, a] at first, where excess(0) = −a ≤ 0 ≤
@@ -1064,7 +1075,7 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
             counts = _stall_counts(x)
             fx, dfx = excess(counts, x)
             done = done | (np.abs(fx) <= STALL_RETURN_TOLERANCE * per_end)
-            if np.all(done):
+            if done.all():
                 break
             lo, hi = np.where(fx < 0, x, lo), np.where(fx > 0, x, hi)
             step = x - fx / dfx
@@ -1094,7 +1105,7 @@ def _unchunked_stalls(lam: FloatArray, u: FloatArray, tau_d: FloatArray, t_pre: 
     ratio = np.divide(c_second, c_mean**2, out=np.ones_like(c_mean), where=c_mean > 1e-150)
     # the lognormal's points e^{μ + σz} at the bins' middles, rescaled to the mean c_mean: e^{μ} cancels
     spread = np.exp(np.sqrt(np.log1p(np.maximum(ratio - 1.0, 0.0)))[:, :, None] * _STALL_Z)
-    pts = spread * (c_mean / np.maximum(np.sum(spread * _STALL_MASS, axis=2), 1e-300))[:, :, None]
+    pts = spread * (c_mean / np.maximum(np.add.reduce(spread * _STALL_MASS, axis=2), 1e-300))[:, :, None]
     stall = np.concatenate([work[:, :, None], work[:, :, None] + pts], axis=2)
     share = np.concatenate([q0[:, :, None], (1.0 - q0)[:, :, None] * _STALL_MASS], axis=2)
     kinds_s = (tau_d[:, None, None] + stall).reshape(stall.shape[0], -1)

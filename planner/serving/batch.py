@@ -26,6 +26,7 @@ from scipy import special, stats
 from planner.errors import InvalidInput
 from planner.serving import queueing as Q
 from planner.serving.aggregated import MAX_UTILIZATION, AggregatedModel, SteadyState
+from planner.serving.grids import broadcast_view
 from planner.serving.types import (
     AggregatedDeployment,
     Evaluation,
@@ -166,7 +167,7 @@ def slot_wait(model: AggregatedModel, st: SteadyState, arrival_scv: float) -> tu
     # Poisson occupancy's deviation) Erlang C is under 1e-11 and its wait under a nanosecond, and the
     # searches' many states far from their caps skip its O(c) sum
     near = (lam > 0) & (residence > 0) & (lam * residence > cap - 6.0 * np.sqrt(cap) - 1.0)
-    for c in np.unique(cap[near]):
+    for c in (np.unique(cap[near]) if near.any() else ()):
         sel = np.flatnonzero(near & (cap == c))
         s = residence[sel]
         wait[sel], p_wait[sel] = Q.ggc_wait_array(
@@ -242,17 +243,17 @@ def _discrete_rebin(values: FloatArray, weights: FloatArray, k: int) -> tuple[Fl
     """Each row of ``values`` (n, M) with ``weights`` (M,) as ``k`` equal-mass points (rows of M ≤ k are
     returned whole, normalized), as ``evaluate.compress_points`` does for one row."""
     n, size = values.shape
-    w = np.broadcast_to(weights / weights.sum(), values.shape)
+    w = broadcast_view(weights / weights.sum(), values.shape)
     if size <= k:
         return values, np.array(w)
     order = np.argsort(values, axis=1)
-    v = np.take_along_axis(values, order, axis=1)
-    cdf = np.cumsum(np.take_along_axis(w, order, axis=1), axis=1)
+    v = Q.take_rows(values, order)
+    cdf = np.cumsum(Q.take_rows(w, order), axis=1)
     targets = (np.arange(k) + 0.5) / k
     idx = np.empty((n, k), dtype=np.intp)
     for r in range(n):  # one searchsorted a row: cheaper than an (n, k, M) comparison for large M
         idx[r] = np.searchsorted(cdf[r], targets)
-    return np.take_along_axis(v, np.minimum(idx, size - 1), axis=1), np.full((n, k), 1.0 / k)
+    return Q.take_rows(v, np.minimum(idx, size - 1)), np.full((n, k), 1.0 / k)
 
 
 def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rate_per_s: FloatArray,

@@ -26,6 +26,7 @@ from planner.costs.types import CostContext
 from planner.errors import ModelDoesNotFit
 from planner.serving import queueing as Q
 from planner.serving.batch import decode_elasticity
+from planner.serving.grids import geometric_grid
 from planner.serving.types import DisaggregatedDeployment, PoolSpec, ServingProblem
 from planner.units import DTYPE_BYTES
 
@@ -143,7 +144,8 @@ class DisaggregatedModel:
         self.kv_bytes = self.in_values * kv_bytes_per_token
         self.transfer_full_s, self.transfer_s = kv_transfer_s(
             self.kv_bytes, self.link.bandwidth_bytes_per_s, self.prefill_s, problem.model.num_layers)
-        grid = np.unique(np.concatenate([[1.0], np.geomspace(1.0, max(self.batch_cap, 1.0), NUM_BATCH_POINTS)]))
+        grid = np.unique(np.concatenate([[1.0], geometric_grid(1.0, max(self.batch_cap, 1.0),
+                                                               NUM_BATCH_POINTS)]))
         self.batch_grid = grid
         self.decode_table = np.broadcast_to(
             decode_latency_s(self.dec_ctx, batch_size=grid, context_tokens=self.decode_context), grid.shape).copy()
@@ -152,7 +154,7 @@ class DisaggregatedModel:
         """λ(B) of the decode pool: Little's law B = (λ/D)·(E[O] − 1)·τ_d(B + 1), explicit in λ (a request
         decodes in a batch of itself plus the B others)."""
         top = self.batch_grid[-1]
-        b = np.concatenate([[0.0], np.geomspace(1e-3, max(top - 1.0, 1e-3), 90)])
+        b = np.concatenate([[0.0], geometric_grid(1e-3, max(top - 1.0, 1e-3), 90)])
         if self.mean_decode_steps <= 0:
             return b, np.full_like(b, np.inf)
         tau = np.interp(b + 1.0, self.batch_grid, self.decode_table)
@@ -220,7 +222,8 @@ class DisaggregatedModel:
     def closed_loop_rate_per_s(self, clients: float, arrival_scv: float) -> float:
         scale = max(clients - 1.0, 0.0) / clients
         sat = self.saturation_rate_per_s(arrival_scv, scale)
-        grid = sat * np.concatenate([np.geomspace(1e-6, 0.9, 48), 1.0 - np.geomspace(1e-4, 0.1, 32)[::-1]])
+        grid = sat * np.concatenate([geometric_grid(1e-6, 0.9, 48),
+                                     1.0 - geometric_grid(1e-4, 0.1, 32)[::-1]])
         st = self.steady_state(grid, arrival_scv, scale)
         pop = np.maximum.accumulate(grid * self.mean_e2e_s(st))
         if clients >= pop[-1]:

@@ -39,6 +39,7 @@ from planner.serving.batch import (  # noqa: F401 (QUANTILES, TPOT_POINTS, FLUCT
     slo_columns,
 )
 from planner.serving.disaggregated import DisaggregatedModel
+from planner.serving.grids import broadcast_view
 from planner.serving.types import (
     AggregatedDeployment,
     Evaluation,
@@ -73,8 +74,8 @@ def compress_points(values: FloatArray, weights: FloatArray, k: int = MAX_POINTS
 def _shifted_cdf(t: float, shifts: FloatArray, weights: FloatArray, p_wait: FloatArray | float,
                  mean_wait: FloatArray | float) -> float:
     gap = t - shifts
-    p = np.broadcast_to(np.asarray(p_wait, dtype=np.float64), shifts.shape)
-    m = np.broadcast_to(np.asarray(mean_wait, dtype=np.float64), shifts.shape)
+    p = broadcast_view(np.asarray(p_wait, dtype=np.float64), shifts.shape)
+    m = broadcast_view(np.asarray(mean_wait, dtype=np.float64), shifts.shape)
     waits = (p > 0) & (m > 0)
     theta = np.where(waits, m / np.where(waits, p, 1.0), 1.0)
     tail = np.where(waits, p * np.exp(-np.maximum(gap, 0.0) / theta), 0.0)
@@ -351,7 +352,10 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     tpot_mean, tpot_q = _tpot_distribution(itl_v, itl_w, out_v, out_w)
     # e2e over prompt × output points, re-binned per waiting regime (queued, lock-step) to keep it cheap
     pts, wts, pws, mws = [], [], [], []
-    for regime in np.unique(p_w + 1j * m_w):  # (p, mean) pairs, sorted; cheaper than a row-wise unique
+    # (p, mean) pairs, sorted; cheaper than a row-wise unique, and most calls have a single one (numpy's
+    # unique of complex numbers hashes them, ~0.5 M instructions at a few thousand points)
+    one_regime = p_w.size > 0 and bool(np.all(p_w == p_w[0])) and bool(np.all(m_w == m_w[0]))
+    for regime in (p_w[:1] + 1j * m_w[:1]) if one_regime else np.unique(p_w + 1j * m_w):
         sel = (p_w == regime.real) & (m_w == regime.imag)
         if float(np.sum(in_w[sel])) <= 0.0:
             continue

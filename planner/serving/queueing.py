@@ -22,6 +22,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
+from planner.serving.grids import broadcast_view
+
 FloatArray = NDArray[np.float64]
 
 
@@ -103,8 +105,8 @@ def quantiles_of_shifted_wait(
     s = np.asarray(shifts_s, dtype=np.float64).ravel()
     w = np.asarray(weights, dtype=np.float64).ravel()
     w = w / w.sum()
-    p = np.broadcast_to(np.asarray(p_wait, dtype=np.float64), s.shape)
-    m = np.broadcast_to(np.asarray(mean_wait_s, dtype=np.float64), s.shape)
+    p = broadcast_view(np.asarray(p_wait, dtype=np.float64), s.shape)
+    m = broadcast_view(np.asarray(mean_wait_s, dtype=np.float64), s.shape)
     waits = (p > 0) & (m > 0)
     p = np.where(waits, p, 0.0)
     theta = np.where(waits, m / np.where(waits, p, 1.0), 1.0)
@@ -168,6 +170,12 @@ def _one_regime_quantiles(s: FloatArray, w: FloatArray, p: FloatArray, theta: fl
     return out
 
 
+def take_rows(a: NDArray[np.generic], idx: NDArray[np.intp]) -> NDArray[np.generic]:
+    """``np.take_along_axis(a, idx, axis=1)`` of 2-D arrays (the same gather, without numpy's general index
+    building, which costs more than the gather at these sizes)."""
+    return a[np.arange(a.shape[0])[:, None], idx]
+
+
 def weighted_quantiles(values: ArrayLike, weights: ArrayLike, quantiles: ArrayLike) -> FloatArray:
     """Quantiles of a discrete distribution (values with probabilities)."""
     v = np.asarray(values, dtype=np.float64).ravel()
@@ -182,9 +190,9 @@ def weighted_quantiles_rows(values: FloatArray, weights: FloatArray, quantiles: 
     """:func:`weighted_quantiles` of each row of ``values`` (n, M) with ``weights`` (n, M) or (M,);
     ``quantiles`` (nq,) for every row, or (n, nq). Returns (n, nq)."""
     v = np.asarray(values, dtype=np.float64)
-    w = np.broadcast_to(np.asarray(weights, dtype=np.float64), v.shape)
+    w = broadcast_view(np.asarray(weights, dtype=np.float64), v.shape)
     q = np.asarray(quantiles, dtype=np.float64)
-    q = np.broadcast_to(q if q.ndim == 2 else q[None, :], (v.shape[0], q.shape[-1]))
+    q = broadcast_view(q if q.ndim == 2 else q[None, :], (v.shape[0], q.shape[-1]))
     order = np.argsort(v, axis=1)
     flat = (order + (np.arange(v.shape[0]) * v.shape[1])[:, None]).ravel()  # one gather for each array
     vs = v.ravel()[flat].reshape(v.shape)
@@ -192,7 +200,7 @@ def weighted_quantiles_rows(values: FloatArray, weights: FloatArray, quantiles: 
                                                                                              keepdims=True)
     # searchsorted per row (side "left"): how many of the row's CDF values lie below the target
     idx = np.sum(cdf[:, None, :] < (q - 1e-12)[:, :, None], axis=2)
-    return np.take_along_axis(vs, np.minimum(idx, v.shape[1] - 1), axis=1)
+    return take_rows(vs, np.minimum(idx, v.shape[1] - 1))
 
 
 #: rows up to which :func:`_decayed_mass` runs its recurrence on Python floats, row by row (each column of a
@@ -236,7 +244,7 @@ def shifted_wait_quantiles_rows(shifts_s: FloatArray, weights: FloatArray, p_wai
     """
     s = np.asarray(shifts_s, dtype=np.float64)
     n, m = s.shape
-    w = np.broadcast_to(np.asarray(weights, dtype=np.float64), s.shape)
+    w = broadcast_view(np.asarray(weights, dtype=np.float64), s.shape)
     q = np.atleast_1d(np.asarray(quantiles, dtype=np.float64))
     p = np.asarray(p_wait, dtype=np.float64).reshape(n)
     mw = np.asarray(mean_wait_s, dtype=np.float64).reshape(n)
@@ -244,8 +252,8 @@ def shifted_wait_quantiles_rows(shifts_s: FloatArray, weights: FloatArray, p_wai
     p = np.where(waits, p, 0.0)
     theta = np.where(waits, mw / np.where(waits, p, 1.0), 1.0)
     order = np.argsort(s, axis=1)
-    s = np.take_along_axis(s, order, axis=1)
-    w = np.take_along_axis(w, order, axis=1)
+    s = take_rows(s, order)
+    w = take_rows(w, order)
     w = w / np.sum(w, axis=1, keepdims=True)
     mass = np.cumsum(w, axis=1)
     decay = np.exp(-np.diff(s, axis=1) / theta[:, None])  # (n, m − 1), each ≤ 1
@@ -255,10 +263,10 @@ def shifted_wait_quantiles_rows(shifts_s: FloatArray, weights: FloatArray, p_wai
     before_next = np.concatenate([mass[:, :-1] - p[:, None] * g[:, :-1] * decay, np.ones((n, 1))], axis=1)
     target = q[None, :] - 1e-15
     k = np.minimum(np.sum(before_next[:, None, :] < target[:, :, None], axis=2), m - 1)  # (n, nq)
-    s_k = np.take_along_axis(s, k, axis=1)
-    g_k = np.take_along_axis(g, k, axis=1)
-    left = np.take_along_axis(mass, k, axis=1) - q[None, :]
-    jump = np.take_along_axis(at, k, axis=1) >= target
+    s_k = take_rows(s, k)
+    g_k = take_rows(g, k)
+    left = take_rows(mass, k) - q[None, :]
+    jump = take_rows(at, k) >= target
     with np.errstate(divide="ignore", invalid="ignore"):
         inside = s_k + theta[:, None] * np.log(p[:, None] * g_k / np.maximum(left, 1e-300))
     out = np.where(jump | (p[:, None] <= 0), s_k, np.maximum(inside, s_k))
@@ -269,7 +277,7 @@ def shifted_wait_cdf_rows(t: FloatArray, shifts_s: FloatArray, weights: FloatArr
                           mean_wait_s: FloatArray) -> FloatArray:
     """``P(W + S ≤ t[r])`` per row, for the law of :func:`shifted_wait_quantiles_rows`. Returns (n,)."""
     s = np.asarray(shifts_s, dtype=np.float64)
-    w = np.broadcast_to(np.asarray(weights, dtype=np.float64), s.shape)
+    w = broadcast_view(np.asarray(weights, dtype=np.float64), s.shape)
     p = np.asarray(p_wait, dtype=np.float64)[:, None]
     m = np.asarray(mean_wait_s, dtype=np.float64)[:, None]
     waits = (p > 0) & (m > 0)

@@ -51,7 +51,7 @@ class LengthDistribution:
 
     @property
     def max(self) -> float:
-        return float(np.max(self.values))
+        return float(self.values.max())
 
     def quantile(self, q: float) -> float:
         """Smallest value whose cumulative probability reaches ``q`` (0..1)."""
