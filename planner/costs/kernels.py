@@ -91,7 +91,8 @@ def gemm_utilization(gpu: GpuSpec, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> 
     wave_fill = tiles / (waves * num_units)
     # fewer tiles than compute units: stream-K splits the reduction across the idle units, continuously,
     # down to chunks of 2·k_half (Osama et al. 2023)
-    split = np.clip(num_units / tiles, 1.0, np.maximum(1.0, k / (2.0 * eff.gemm_k_half)))
+    # np.clip(x, 1, hi) with hi ≥ 1, as the ufuncs it stands for (np.clip's dispatch costs more here)
+    split = np.minimum(np.maximum(num_units / tiles, 1.0), np.maximum(1.0, k / (2.0 * eff.gemm_k_half)))
     small = tiles < num_units
     fill = np.where(small, tiles * split / num_units, wave_fill)
     k_chunk = np.where(small, k / split, k)
@@ -427,7 +428,8 @@ def _nccl_ring_s(gpu: GpuSpec, n: FloatArray, traffic: FloatArray, link_bandwidt
         link_bandwidth_bytes_per_s)
     peers = np.maximum(n - 1.0, 0.0)
     growth = eff.link_bandwidth_exponent if ring else 0.0
-    bus = bw * eff.link_bandwidth_fraction * (np.clip(n, 2.0, float(eff.collective_max_gpus)) / 2.0) ** growth
+    bus = bw * eff.link_bandwidth_fraction * (np.minimum(np.maximum(n, 2.0), float(eff.collective_max_gpus))
+                                              / 2.0) ** growth
     depth = peers if ring else np.minimum(peers, 1.0)
     fill = np.sqrt(eff.collective_pipeline_s * depth) + np.sqrt(traffic / bus)
     t = eff.collective_latency_s + eff.collective_latency_per_peer_s * peers + fill * fill
@@ -476,7 +478,7 @@ def allreduce_time_s(
             bw * two_shot_bandwidth_fraction)
         custom = np.minimum(custom, two)
     large = size > custom_max_bytes
-    if np.any(large):  # NCCL's time only where some message needs it (decode never does)
+    if large.any():  # NCCL's time only where some message needs it (decode never does)
         nccl = nccl_allreduce_time_s(gpu, num_gpus=num_gpus, message_bytes=message_bytes,
                                      link_bandwidth_bytes_per_s=link_bandwidth_bytes_per_s)
         custom = np.where(large, nccl, custom)

@@ -18,6 +18,7 @@ counts so a serving model can tabulate many shapes in one call.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -313,9 +314,11 @@ def _group_ops(
     eng = ctx.engine
 
     # TP all-reduce after the attention output projection
+    attention_allreduce: tuple[FloatArray, FloatArray] | None = None
     if tp > 1:
         msg = att_tokens * hidden * ACT_BYTES
         t = K.engine_allreduce_time_s(gpu, eng, num_gpus=tp, message_bytes=msg)
+        attention_allreduce = (msg, t)
         p.add("allreduce.attention", "communication", layers * t, lambda: (0.0, layers * 2.0 * msg))
 
     # feed-forward
@@ -366,7 +369,12 @@ def _group_ops(
         ffn_comm_gpus = tp
     if ffn_comm_gpus > 1:
         msg = ffn_comm_tokens * hidden * ACT_BYTES
-        t = K.engine_allreduce_time_s(gpu, eng, num_gpus=ffn_comm_gpus, message_bytes=msg)
+        # without attention DP it is the attention's message over the same GPUs: the same time, reused
+        if (attention_allreduce is not None and ffn_comm_gpus == tp
+                and np.array_equal(msg, attention_allreduce[0])):
+            t = attention_allreduce[1]
+        else:
+            t = K.engine_allreduce_time_s(gpu, eng, num_gpus=ffn_comm_gpus, message_bytes=msg)
         p.add("allreduce.ffn", "communication", layers * t, lambda: (0.0, layers * 2.0 * msg))
 
     # two fused residual-add + RMSNorm kernels per layer (each reads residual and input, writes both)
@@ -482,7 +490,7 @@ def mixed_step_latency_many(ctx: CostContext, requests: Sequence[Mapping[str, Ar
     shapes, cols = [], {k: [] for k in _MIXED_KEYS}
     for req in requests:
         args = [np.asarray(req.get(k, _MIXED_DEFAULTS.get(k, 0.0)), dtype=np.float64) for k in _MIXED_KEYS]
-        shape = np.broadcast_shapes(*(a.shape for a in args))
+        shape = np.broadcast(*args).shape  # np.broadcast_shapes's answer, without its Python overhead
         shapes.append(shape)
         zero = np.zeros(shape)  # adding zeros broadcasts (and copies) for a fraction of broadcast_to's overhead
         for k, a in zip(_MIXED_KEYS, args, strict=True):
@@ -490,10 +498,12 @@ def mixed_step_latency_many(ctx: CostContext, requests: Sequence[Mapping[str, Ar
     flat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
     if flat["decode_batch"].size == 0:
         return [np.zeros(s) for s in shapes]
-    t = np.broadcast_to(mixed_step_latency_s(ctx, **flat), flat["decode_batch"].shape)
+    t = mixed_step_latency_s(ctx, **flat)
+    if t.shape != flat["decode_batch"].shape:
+        t = np.broadcast_to(t, flat["decode_batch"].shape)
     out, start = [], 0
     for shape in shapes:
-        n = int(np.prod(shape))
+        n = math.prod(shape)
         out.append(t[start:start + n].reshape(shape))
         start += n
     return out
