@@ -30,6 +30,7 @@ from planner.errors import InvalidInput, PlannerError
 from planner.serving import queueing as Q
 from planner.serving.aggregated import AggregatedModel, stream_mixed_share, unchunked_closed_wait_points
 from planner.serving.batch import (  # noqa: F401 (QUANTILES, TPOT_POINTS, FLUCTUATION_Z: part of this module's API)
+    E2E_MARGINAL_POINTS,
     FLUCTUATION_Z,
     QUANTILES,
     TPOT_POINTS,
@@ -363,6 +364,8 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
         s_v, s_w = shifts[sel], in_w[sel]
         if wait_as_points and s_v.size > MAX_POINTS // 4:  # prompt × wait points: re-binned first
             s_v, s_w = compress_points(s_v, s_w, MAX_POINTS // 4)
+        elif s_v.size > E2E_MARGINAL_POINTS:  # an empirical prompt law: re-binned first, as the batch path does
+            s_v, s_w = compress_points(s_v, s_w, E2E_MARGINAL_POINTS)
         grid = s_v[:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean
         v, wt = compress_points(grid, s_w[:, None] * out_w[None, :], MAX_POINTS // 4)
         pts.append(v)
