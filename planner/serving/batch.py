@@ -45,8 +45,9 @@ TPOT_POINTS = np.array([0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98])
 FLUCTUATION_POINTS = 7
 #: points the E2E law is re-binned to
 E2E_POINTS = 64
-#: most points of each marginal (prompt shifts, output lengths) the end-to-end grid is formed from; an
-#: empirical law beyond it is re-binned to equal masses first (a 1024-point trace's grid: 1024² points a row)
+#: most prompt points (TTFT shifts) the end-to-end prompt × output grid is formed from: an empirical
+#: prompt law beyond it is re-binned to equal masses first (a 1024-point trace's grid: 1024² points a
+#: row); the output law stays whole (re-binned too, it moved the p99 by −4 %: docs/accuracy_notes.md)
 E2E_MARGINAL_POINTS = 256
 #: the decodes' time share lost to prefill and the decode iteration's elasticity in the batch are capped
 #: below 1 in ``batch_dispersion`` (both laws diverge there, at the stability limit), and the relative step

@@ -353,19 +353,19 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     tpot_mean, tpot_q = _tpot_distribution(itl_v, itl_w, out_v, out_w)
     # e2e over prompt × output points, re-binned per waiting regime (queued, lock-step) to keep it cheap
     pts, wts, pws, mws = [], [], [], []
-    # (p, mean) pairs, sorted; cheaper than a row-wise unique, and most calls have a single one (numpy's
-    # unique of complex numbers hashes them, ~0.5 M instructions at a few thousand points)
-    one_regime = p_w.size > 0 and bool(np.all(p_w == p_w[0])) and bool(np.all(m_w == m_w[0]))
-    for regime in (p_w[:1] + 1j * m_w[:1]) if one_regime else np.unique(p_w + 1j * m_w):
+    # (p, mean) pairs, sorted; cheaper than a row-wise unique. Most calls have a single one, and numpy's
+    # unique of complex numbers hashes them (~0.5 M instructions at a few thousand points)
+    keys = p_w + 1j * m_w
+    for regime in keys[:1] if keys.size and bool(np.all(keys == keys[0])) else np.unique(keys):
         sel = (p_w == regime.real) & (m_w == regime.imag)
         if float(np.sum(in_w[sel])) <= 0.0:
             continue
         share = float(np.sum(in_w[sel]))
         s_v, s_w = shifts[sel], in_w[sel]
-        if wait_as_points and s_v.size > MAX_POINTS // 4:  # prompt × wait points: re-binned first
-            s_v, s_w = compress_points(s_v, s_w, MAX_POINTS // 4)
-        elif s_v.size > E2E_MARGINAL_POINTS:  # an empirical prompt law: re-binned first, as the batch path does
-            s_v, s_w = compress_points(s_v, s_w, E2E_MARGINAL_POINTS)
+        # prompt × wait points, or an empirical prompt law (as the batch path does): re-binned first
+        limit = MAX_POINTS // 4 if wait_as_points else E2E_MARGINAL_POINTS
+        if s_v.size > limit:
+            s_v, s_w = compress_points(s_v, s_w, limit)
         grid = s_v[:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean
         v, wt = compress_points(grid, s_w[:, None] * out_w[None, :], MAX_POINTS // 4)
         pts.append(v)
