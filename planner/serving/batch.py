@@ -45,10 +45,6 @@ TPOT_POINTS = np.array([0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98])
 FLUCTUATION_POINTS = 7
 #: points the E2E law is re-binned to
 E2E_POINTS = 64
-#: most prompt points (TTFT shifts) the end-to-end prompt × output grid is formed from: an empirical
-#: prompt law beyond it is re-binned to equal masses first (a 1024-point trace's grid: 1024² points a
-#: row); the output law stays whole (re-binned too, it moved the p99 by −4 %: docs/accuracy_notes.md)
-E2E_MARGINAL_POINTS = 256
 #: the decodes' time share lost to prefill and the decode iteration's elasticity in the batch are capped
 #: below 1 in ``batch_dispersion`` (both laws diverge there, at the stability limit), and the relative step
 #: of the elasticity's central difference
@@ -343,15 +339,10 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
     else:
         tpot_q = np.repeat(itl_mean[:, None], 3, axis=1)
 
-    # E2E over prompt × output points, each marginal first re-binned to E2E_MARGINAL_POINTS when it has more
-    # (empirical lengths): the grid would otherwise hold up to 1024² points a row to sort
+    # E2E over prompt × output points (each law at most ``workload.MAX_EMPIRICAL_POINTS``), re-binned
     decode_s = np.maximum(out_v - 1.0, 0.0)
-    e2e_shifts, e2e_in_w = shifts, in_w
-    if in_w.size > E2E_MARGINAL_POINTS:
-        e2e_shifts, rows_w = _discrete_rebin(shifts, in_w, E2E_MARGINAL_POINTS)
-        e2e_in_w = rows_w[0]  # equal masses, the same in every row
-    grid = (e2e_shifts[:, :, None] + decode_s[None, None, :] * itl_mean[:, None, None]).reshape(n, -1)
-    e2e_v, e2e_w = _discrete_rebin(grid, np.outer(e2e_in_w, out_w).ravel(), E2E_POINTS)
+    grid = (shifts[:, :, None] + decode_s[None, None, :] * itl_mean[:, None, None]).reshape(n, -1)
+    e2e_v, e2e_w = _discrete_rebin(grid, np.outer(in_w, out_w).ravel(), E2E_POINTS)
     e2e_q = Q.shifted_wait_quantiles_rows(e2e_v, e2e_w, p_row, wq_f, QUANTILES)
     e2e_mean = ttft_mean + model.mean_decode_steps * itl_mean
 

@@ -30,7 +30,6 @@ from planner.errors import InvalidInput, PlannerError
 from planner.serving import queueing as Q
 from planner.serving.aggregated import AggregatedModel, stream_mixed_share, unchunked_closed_wait_points
 from planner.serving.batch import (  # noqa: F401 (QUANTILES, TPOT_POINTS, FLUCTUATION_Z: part of this module's API)
-    E2E_MARGINAL_POINTS,
     FLUCTUATION_Z,
     QUANTILES,
     TPOT_POINTS,
@@ -362,10 +361,9 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
             continue
         share = float(np.sum(in_w[sel]))
         s_v, s_w = shifts[sel], in_w[sel]
-        # prompt × wait points, or an empirical prompt law (as the batch path does): re-binned first
-        limit = MAX_POINTS // 4 if wait_as_points else E2E_MARGINAL_POINTS
-        if s_v.size > limit:
-            s_v, s_w = compress_points(s_v, s_w, limit)
+        # prompt × wait points: re-binned first (a prompt law alone has at most MAX_EMPIRICAL_POINTS)
+        if wait_as_points and s_v.size > MAX_POINTS // 4:
+            s_v, s_w = compress_points(s_v, s_w, MAX_POINTS // 4)
         grid = s_v[:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean
         v, wt = compress_points(grid, s_w[:, None] * out_w[None, :], MAX_POINTS // 4)
         pts.append(v)

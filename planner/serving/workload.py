@@ -25,12 +25,16 @@ _QUANTILE_Z = stats.norm.ppf((np.arange(NUM_QUANTILE_POINTS) + 0.5) / NUM_QUANTI
 #: z-score of the 90th percentile of a standard normal
 Z90 = float(stats.norm.ppf(0.9))
 #: most points an empirical distribution (samples, a histogram) keeps. The serving formulas take every
-#: point at once, and the TTFT and end-to-end percentiles pairs of them, so the work grows with the square
-#: of the points: 10,000 distinct lengths cost ~8 s per evaluation, 100,000 (what a request may send)
-#: ~75 GiB. Beyond the limit the sorted lengths are grouped into bins of equal probability, each at its
-#: mean, and the longest length stays a point of its own: the mean and the maximum are kept exactly, and a
-#: quantile moves by less than one bin (1/1024 of the probability)
-MAX_EMPIRICAL_POINTS = 1024
+#: point at once, the TTFT and end-to-end laws pairs of them, so the work grows with the points: laws of
+#: 390 to 5400 distinct lengths (3 deployments × 5 traces × 6 loads, 2026-12-04) took 23.5 ms per evaluation
+#: at the median and 87 ms at worst on up to 1024 points, 9.3 and 20 ms on 256. Beyond the limit the
+#: sorted lengths are grouped (``LengthDistribution.tail_refined``), each group at its mean, into groups whose
+#: mass shrinks towards the long end (0.55 % of the probability at the median, 0.08 % at the p99, single
+#: lengths at the very top), and the longest length stays a point of its own: the mean and the maximum are
+#: kept exactly and a quantile moves by less than its group's mass, a fraction of the sampling error of the
+#: trace itself (a p50 read off 1000 samples is uncertain by ±1.6 % of the probability). Equal-mass groups of
+#: the same count moved the TTFT p99 by up to 12 % and the end-to-end p99 by up to 18 % on such traces
+MAX_EMPIRICAL_POINTS = 256
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +82,25 @@ class LengthDistribution:
         means = np.bincount(group, weights=w * v, minlength=num_points)[keep] / mass[keep]
         return LengthDistribution(values=means, weights=mass[keep], kind=self.kind)
 
+    def tail_refined(self, num_points: int) -> LengthDistribution:
+        """At most ``num_points`` points: the sorted values cut into groups, each replaced by its mean (the
+        mean is kept exactly), where the point at cumulative probability u falls in group
+        ⌊(1 − √(1 − u))·num_points⌋. A group's mass is about 2·√(1 − u) / num_points: twice the equal-mass
+        share at the short end, a fifth of it at the p99 and single values at the top, where the percentiles
+        of TTFT and end-to-end latency are read (equal-mass groups merge the longest lengths and shorten that
+        tail)."""
+        if self.values.size <= num_points:
+            return self
+        order = np.argsort(self.values, kind="stable")
+        v, w = self.values[order], self.weights[order] / self.weights.sum()
+        u = np.cumsum(w) - 0.5 * w
+        warped = 1.0 - np.sqrt(np.maximum(1.0 - u, 0.0))
+        group = np.minimum(warped * num_points, num_points - 1).astype(int)
+        mass = np.bincount(group, weights=w, minlength=num_points)
+        keep = mass > 0
+        means = np.bincount(group, weights=w * v, minlength=num_points)[keep] / mass[keep]
+        return LengthDistribution(values=means, weights=mass[keep], kind=self.kind)
+
     def scaled(self, factor: float) -> LengthDistribution:
         """The same shape with every value multiplied by ``factor`` (e.g. the uncached share of a prompt)."""
         return LengthDistribution(values=self.values * factor, weights=self.weights, kind=self.kind)
@@ -111,13 +134,14 @@ def histogram_lengths(values: Sequence[float], weights: Sequence[float]) -> Leng
 
 
 def _bounded(dist: LengthDistribution) -> LengthDistribution:
-    """``dist`` on at most ``MAX_EMPIRICAL_POINTS`` points: the longest length, and the others coarsened."""
+    """``dist`` on at most ``MAX_EMPIRICAL_POINTS`` points: the longest length, and the others grouped
+    (:meth:`LengthDistribution.tail_refined`)."""
     if dist.values.size <= MAX_EMPIRICAL_POINTS:
         return dist
     top = int(np.argmax(dist.values))
     rest = np.arange(dist.values.size) != top
     others = LengthDistribution(values=dist.values[rest], weights=dist.weights[rest], kind=dist.kind)
-    others = others.coarsened(MAX_EMPIRICAL_POINTS - 1)
+    others = others.tail_refined(MAX_EMPIRICAL_POINTS - 1)
     share = float(dist.weights[rest].sum()) / float(dist.weights.sum())
     values = np.append(others.values, dist.values[top])
     weights = np.append(others.weights / others.weights.sum() * share, 1.0 - share)

@@ -209,10 +209,11 @@ def test_empirical_distributions_keep_a_bounded_support_the_mean_and_the_maximum
         assert float(np.sum(dist.weights)) == pytest.approx(1.0, abs=1e-12)
         assert dist.mean == pytest.approx(float(np.dot(exact, w)), rel=1e-12)
         assert dist.max == exact.max()  # what the KV cache must hold
-        order = np.argsort(exact)
+        # each quantile within its group: the exact CDF there is within the group's mass of q (the groups
+        # shrink towards the top: ~2·√(1 − q) / 255 of the probability, plus one point's weight)
         for q in (0.5, 0.9, 0.99):
-            exact_q = exact[order][np.searchsorted(np.cumsum(w[order]), q - 1e-12)]
-            assert dist.quantile(q) == pytest.approx(exact_q, rel=2e-3)
+            cdf = float(np.sum(w[exact <= dist.quantile(q)]))
+            assert abs(cdf - q) <= 2.0 * np.sqrt(1.0 - q + 0.01) / (MAX_EMPIRICAL_POINTS - 1) + float(w.max())
     small = sampled_lengths([5, 5, 7])
     assert small.values.tolist() == [5.0, 7.0]
 
