@@ -152,6 +152,24 @@ def core_benchmarks(repeats: int) -> list[Result]:
     return results
 
 
+#: a trace-like workload (lognormal samples, seed 0): what a user's request log gives
+_TRACE_RNG = np.random.default_rng(0)
+TRACE_PROMPTS = np.clip(_TRACE_RNG.lognormal(7.0, 0.9, 2000), 4, 16000).astype(int).tolist()
+TRACE_OUTPUTS = np.clip(_TRACE_RNG.lognormal(5.3, 0.8, 2000), 4, 4000).astype(int).tolist()
+
+
+def _disaggregated_70b(arrival: dict) -> dict:
+    """Llama-3.1-70B on 2 × tp2 prefill and 1 × tp4 decode workers (H100), lognormal prompts, 415 outputs."""
+    return {
+        "model": "meta-llama/Llama-3.1-70B",
+        "deployment": {"mode": "disaggregated",
+                       "prefill": {"gpu": "h100-sxm", "parallelism": {"tp": 2}, "workers": 2},
+                       "decode": {"gpu": "h100-sxm", "parallelism": {"tp": 4}, "workers": 1}},
+        "workload": {"input_tokens": {"distribution": "lognormal", "median": 1730, "p90": 5696},
+                     "output_tokens": 415, "arrival": arrival},
+    }
+
+
 EVALUATE_BODIES = {
     "aggregated, closed loop 64, fixed 4000/500, Llama-3.1-8B tp1": {
         "model": "meta-llama/Llama-3.1-8B",
@@ -174,13 +192,16 @@ EVALUATE_BODIES = {
                      "output_tokens": {"distribution": "lognormal", "median": 150, "p90": 450},
                      "arrival": {"kind": "closed_loop", "concurrency": 64}},
     },
-    "disaggregated 2×tp2 + 1×tp4, Poisson 4/s, Llama-3.1-70B": {
-        "model": "meta-llama/Llama-3.1-70B",
-        "deployment": {"mode": "disaggregated",
-                       "prefill": {"gpu": "h100-sxm", "parallelism": {"tp": 2}, "workers": 2},
-                       "decode": {"gpu": "h100-sxm", "parallelism": {"tp": 4}, "workers": 1}},
-        "workload": {"input_tokens": {"distribution": "lognormal", "median": 1730, "p90": 5696},
-                     "output_tokens": 415, "arrival": {"kind": "poisson", "rate_per_s": 4.0}},
+    "disaggregated 2×tp2 + 1×tp4, Poisson 4/s, Llama-3.1-70B":
+        _disaggregated_70b({"kind": "poisson", "rate_per_s": 4.0}),
+    "disaggregated 2×tp2 + 1×tp4, closed loop 64, lognormal lengths, Llama-3.1-70B":
+        _disaggregated_70b({"kind": "closed_loop", "concurrency": 64}),
+    "aggregated, Poisson 3/s, a trace of 2000 samples (1465 distinct prompt, 649 output lengths), "
+    "Llama-3.1-8B tp1": {
+        "model": "meta-llama/Llama-3.1-8B",
+        "deployment": {"mode": "aggregated", "gpu": "h100-sxm", "parallelism": {"tp": 1}},
+        "workload": {"input_tokens": {"samples": TRACE_PROMPTS}, "output_tokens": {"samples": TRACE_OUTPUTS},
+                     "arrival": {"kind": "poisson", "rate_per_s": 3.0}},
     },
 }
 

@@ -112,7 +112,7 @@ def _echo(ctx: CostContext, cost: PassCost) -> dict[str, object]:
     if ctx.gpu.efficiency_inherited:
         warnings.append(
             f"{ctx.gpu.id}: kernel efficiencies were not fitted on this GPU's family; "
-            f"they come from {ctx.gpu.efficiency_origin}"
+            f"they are {ctx.gpu.efficiency_origin}"
         )
     return {
         "model": ctx.model.id,

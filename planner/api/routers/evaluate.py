@@ -212,7 +212,7 @@ def build_slo(body: SloIn | None) -> Slo | None:
 
 def inherited_efficiency_notes(gpus: list[GpuSpec]) -> list[str]:
     return [
-        f"{gpu.id}: kernel efficiencies were not fitted on this GPU's family; they come from "
+        f"{gpu.id}: kernel efficiencies were not fitted on this GPU's family; they are "
         f"{gpu.efficiency_origin}"
         for gpu in {gpu.id: gpu for gpu in gpus}.values()
         if gpu.efficiency_inherited
