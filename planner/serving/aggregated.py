@@ -256,7 +256,8 @@ class AggregatedModel:
         self.mean_prompt_compute = float(np.dot(self.prompt_compute, self.in_weights))
         scv = float(np.dot(self.prompt_compute**2, self.in_weights)) / self.mean_prompt_compute**2 - 1.0
         self.prompt_scv = max(scv, 0.0)
-        self._prompt_order = np.argsort(self.in_values, kind="stable")
+        #: the prompt points in order of length
+        self.prompt_order = np.argsort(self.in_values, kind="stable")
         #: requests triggered by completions (a closed loop): they arrive while decode iterations run
         self.closed_loop = w.arrival.kind == "closed_loop"
         # mean context of a running decode: its prompt plus, on average over its decode life, half its output
@@ -580,7 +581,7 @@ class AggregatedModel:
         # a new prompt waits for the decode iteration in progress (prefills have priority over decodes)
         residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - u_c) * wait_scale
         p_pre, kinds_s, kinds_w = _unchunked_stalls(broadcast_view(lam, b.shape), u_c, tau_d, t_pre, w,
-                                                    self._prompt_order, self.closed_loop,
+                                                    self.prompt_order, self.closed_loop,
                                                     self.problem.engine.request_overhead_s)
         if self.closed_loop:
             # completions come at the ends of decode iterations and their next requests a front-end time F

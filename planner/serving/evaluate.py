@@ -30,11 +30,13 @@ from planner.errors import InvalidInput, PlannerError
 from planner.serving import queueing as Q
 from planner.serving.aggregated import AggregatedModel, stream_mixed_share, unchunked_closed_wait_points
 from planner.serving.batch import (  # noqa: F401 (QUANTILES, TPOT_POINTS, FLUCTUATION_Z: part of this module's API)
+    E2E_PROMPT_GROUPS,
     FLUCTUATION_Z,
     QUANTILES,
     TPOT_POINTS,
     TPOT_Z,
     evaluate_open_loop_rows,
+    group_shifts,
     row_evaluation,
     slo_columns,
 )
@@ -361,9 +363,12 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
             continue
         share = float(np.sum(in_w[sel]))
         s_v, s_w = shifts[sel], in_w[sel]
-        # prompt × wait points: re-binned first (a prompt law alone has at most MAX_EMPIRICAL_POINTS)
+        # prompt × wait points: re-binned first; prompt points alone: grouped beyond E2E_PROMPT_GROUPS
         if wait_as_points and s_v.size > MAX_POINTS // 4:
             s_v, s_w = compress_points(s_v, s_w, MAX_POINTS // 4)
+        elif s_v.size > E2E_PROMPT_GROUPS:
+            grouped, s_w = group_shifts(s_v[None, :], s_w, np.argsort(s_v, kind="stable"), E2E_PROMPT_GROUPS)
+            s_v = grouped[0]
         grid = s_v[:, None] + np.maximum(out_v - 1.0, 0.0)[None, :] * itl_mean
         v, wt = compress_points(grid, s_w[:, None] * out_w[None, :], MAX_POINTS // 4)
         pts.append(v)

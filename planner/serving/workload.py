@@ -37,6 +37,16 @@ Z90 = float(stats.norm.ppf(0.9))
 MAX_EMPIRICAL_POINTS = 256
 
 
+def tail_refined_groups(sorted_weights: NDArray[np.float64], num_groups: int) -> NDArray[np.intp]:
+    """The group (0 … ``num_groups`` − 1, nondecreasing) of each point of a law sorted by value, with
+    ``sorted_weights`` summing to 1: the point at cumulative probability u (its middle) goes to group
+    ⌊(1 − √(1 − u))·num_groups⌋, so a group holds about 2·√(1 − u) / num_groups of the probability, finer
+    towards the long end (:meth:`LengthDistribution.tail_refined`)."""
+    u = np.cumsum(sorted_weights) - 0.5 * sorted_weights
+    warped = 1.0 - np.sqrt(np.maximum(1.0 - u, 0.0))
+    return np.minimum(warped * num_groups, num_groups - 1).astype(np.intp)
+
+
 @dataclass(frozen=True, kw_only=True)
 class LengthDistribution:
     """A distribution of token counts: ``values[i]`` tokens with probability ``weights[i]``."""
@@ -93,9 +103,7 @@ class LengthDistribution:
             return self
         order = np.argsort(self.values, kind="stable")
         v, w = self.values[order], self.weights[order] / self.weights.sum()
-        u = np.cumsum(w) - 0.5 * w
-        warped = 1.0 - np.sqrt(np.maximum(1.0 - u, 0.0))
-        group = np.minimum(warped * num_points, num_points - 1).astype(int)
+        group = tail_refined_groups(w, num_points)
         mass = np.bincount(group, weights=w, minlength=num_points)
         keep = mass > 0
         means = np.bincount(group, weights=w * v, minlength=num_points)[keep] / mass[keep]

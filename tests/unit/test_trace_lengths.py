@@ -135,3 +135,25 @@ def test_equal_mass_groups_would_fail_the_same_check(monkeypatch: pytest.MonkeyP
                    for m in ("ttft_s", "e2e_latency_s"))
 
     assert worst_p99(equal) > 2.0 * worst_p99(refined)
+
+
+@pytest.mark.parametrize(("mode", "arrival"), [
+    ("chunked", Arrival(kind="poisson", rate_per_s=3.0)),
+    ("chunked", Arrival(kind="closed_loop", concurrency=32)),
+], ids=["poisson", "closed"])
+def test_the_end_to_end_grid_on_grouped_prompts_keeps_its_percentiles(
+        mode: str, arrival: Arrival, monkeypatch: pytest.MonkeyPatch) -> None:
+    """E2E = TTFT + decode over prompt × output points: the prompts' TTFT shifts are grouped to
+    ``batch.E2E_PROMPT_GROUPS`` first (a prompt's own time is a small part of the sum)."""
+    from planner.serving import batch
+    from planner.serving import evaluate as evaluate_module
+
+    problem = _problem(mode, arrival)
+    assert problem.workload.input_tokens.values.size > batch.E2E_PROMPT_GROUPS  # the grouping is exercised
+    grouped = evaluate(problem).e2e_latency_s
+    for module in (batch, evaluate_module):
+        monkeypatch.setattr(module, "E2E_PROMPT_GROUPS", 10**6)
+    whole = evaluate(problem).e2e_latency_s
+    assert grouped.mean == whole.mean
+    for q in ("p50", "p90", "p99"):
+        assert getattr(grouped, q) == pytest.approx(getattr(whole, q), rel=1e-3)
