@@ -188,7 +188,9 @@ class LognormalLengthsIn(BaseModel):
 
 
 class SampledLengthsIn(BaseModel):
-    """Observed lengths, each equally likely (at most 100,000; more is a 413)."""
+    """Observed lengths, each equally likely (at most 100,000; more is a 413). Beyond 256 distinct lengths
+    the model holds them in 256 groups, finer towards the long end, each at its mean (the mean and the
+    longest length are kept exactly); the response's ``workload`` echo shows the law as held."""
 
     model_config = _REQUEST
 
@@ -225,7 +227,9 @@ class HistogramIn(BaseModel):
 
 
 class HistogramLengthsIn(BaseModel):
-    """Lengths given by a histogram (at most 100,000 bins; more is a 413)."""
+    """Lengths given by a histogram (at most 100,000 bins; more is a 413). Beyond 256 bins the model holds
+    them in 256 groups, finer towards the long end, each at its mean (the mean and the longest length are
+    kept exactly); the response's ``workload`` echo shows the law as held."""
 
     model_config = _REQUEST
 
