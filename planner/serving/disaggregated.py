@@ -34,7 +34,8 @@ from planner.units import DTYPE_BYTES
 FloatArray = NDArray[np.float64]
 NUM_BATCH_POINTS = 24
 #: the closed loop's fixed point (``DisaggregatedModel.closed_loop_prefill``): the factor its bracket widens
-#: by per step, and Brent's tolerances on the rate (absolute, as a share of the bracket's top, and relative)
+#: by at its first step (squared at each next one), and Brent's tolerances on the rate (absolute, as a
+#: share of the bracket's top, and relative)
 BRACKET_FACTOR = 1.05
 ROOT_XTOL, ROOT_RTOL = 1e-12, 1e-11
 MAX_UTILIZATION = 0.995
@@ -287,18 +288,19 @@ class DisaggregatedModel:
         def excess(rate: float) -> float:
             return mva_at(rate)[0] - rate
 
-        lam = min(max(lam, 1e-9 * other_max), other_max)
+        lam = min(max(lam, 1e-9 * other_max), other_max) if np.isfinite(lam) else 0.5 * other_max
         lo = hi = lam
+        factor = BRACKET_FACTOR
         if excess(lam) > 0.0:
-            # the root is above: widen upwards to the decode pool's (or the link's) limit, where a positive
-            # excess means that limit binds first
+            # the root is above: widen upwards (each step twice as far, in log) to the decode pool's (or the
+            # link's) limit, where a positive excess means that limit binds first
             while excess(hi) > 0.0:
                 if hi >= other_max:
                     return None
-                lo, hi = hi, min(hi * BRACKET_FACTOR, other_max)
+                lo, hi, factor = hi, min(hi * factor, other_max), factor * factor
         else:
             while excess(lo) < 0.0:  # X > 0 at any rate, so a small enough rate has a positive excess
-                hi, lo = lo, lo / BRACKET_FACTOR
+                hi, lo, factor = lo, lo / factor, factor * factor
         if lo < hi:
             lam = float(optimize.brentq(excess, lo, hi, xtol=ROOT_XTOL * hi, rtol=ROOT_RTOL))
         _, wait, p_wait, think = mva_at(lam)
