@@ -224,7 +224,9 @@ class DisaggregatedModel:
         _, lam_grid = self._decode_curve()
         return float(min(prefill_max, link_max, lam_grid[-1]))
 
-    def closed_loop_rate_per_s(self, clients: float, arrival_scv: float) -> float:
+    def closed_loop_rate_per_s(self, clients: float, arrival_scv: float, polish: bool = True) -> float:
+        """The rate at which ``clients`` closed-loop clients close Little's law, N = λ·E[e2e](λ), with the
+        prefill queue as an open one: interpolated on a grid of rates, then (``polish``) secant steps."""
         scale = max(clients - 1.0, 0.0) / clients
         sat = self.saturation_rate_per_s(arrival_scv, scale)
         grid = sat * np.concatenate([geometric_grid(1e-6, 0.9, 48),
@@ -234,6 +236,8 @@ class DisaggregatedModel:
         if clients >= pop[-1]:
             return float(grid[-1])
         lam = float(np.interp(clients, pop, grid))
+        if not polish:
+            return lam
         # polish the interpolated root with secant steps on N(λ) = λ·E[e2e](λ)
         lo, hi = lam * 0.98, min(lam * 1.02, sat)
         for _ in range(3):
@@ -245,10 +249,12 @@ class DisaggregatedModel:
             lo, hi = lam * 0.999, min(lam * 1.001, sat)
         return lam
 
-    def closed_loop_prefill(self, clients: float, arrival_scv: float, start_rate_per_s: float | None = None
-                            ) -> tuple[float, float, float, FloatArray, FloatArray, float] | None:
+    def closed_loop_prefill(
+        self, clients: float, arrival_scv: float, start_rate_per_s: float | None = None
+    ) -> tuple[float, float, float, FloatArray, FloatArray, float, DisaggState] | None:
         """(per-pool throughput [req/s], mean prefill wait [s], probability of waiting, the wait law as
-        (values [s], weights) points, the rest of a client's cycle [s]) of a closed loop of ``clients``, by mean-value analysis of the prefill
+        (values [s], weights) points, the rest of a client's cycle [s], the pools' state at that throughput)
+        of a closed loop of ``clients``, by mean-value analysis of the prefill
         queue with the rest of each client's cycle as a delay (``queueing.closed_queue_wait_points`` for
         the law); None when the decode pool or the KV link limits before the prefill pool does (the caller
         then keeps the open-loop queue at the solved rate).
@@ -262,8 +268,10 @@ class DisaggregatedModel:
             return None
         scv_s = max(float(np.dot(w, self.prefill_s**2)) / mean_s**2 - 1.0, 0.0)
         scale = max(clients - 1.0, 0.0) / clients
-        # the fixed point starts from the open-queue root (``closed_loop_rate_per_s``), unless given
-        lam = self.closed_loop_rate_per_s(clients, arrival_scv) if start_rate_per_s is None else start_rate_per_s
+        # the fixed point starts from the open-queue root (``closed_loop_rate_per_s``, interpolated), unless
+        # given
+        lam = (self.closed_loop_rate_per_s(clients, arrival_scv, polish=False) if start_rate_per_s is None
+               else start_rate_per_s)
         prefill_max = MAX_UTILIZATION * self.dep.prefill.workers / mean_s
         other_max = min(self.dep.prefill.workers / float(np.dot(w, self.transfer_full_s)),
                         float(self._decode_curve()[1][-1]))
@@ -273,16 +281,16 @@ class DisaggregatedModel:
         # g(λ) = X(Z(λ)) − λ decreases and has one root. Its slope can be below −2 near the prefill pool's
         # capacity (fixed 2000-token prompts, 128 clients: X moves 2 req/s per req/s there), where iterating
         # λ ← X oscillates and diverges; the root is bracketed and solved instead (Brent's method)
-        memo: dict[float, tuple[float, float, float, float]] = {}
+        memo: dict[float, tuple[float, float, float, float, DisaggState]] = {}
 
-        def mva_at(rate: float) -> tuple[float, float, float, float]:
+        def mva_at(rate: float) -> tuple[float, float, float, float, DisaggState]:
             if rate not in memo:
                 st = self.steady_state(np.array([rate]), arrival_scv, scale)
                 rest = max(float(self.mean_e2e_s(st)[0]) - float(st.prefill_wait_s[0]) - mean_s, 0.0)
                 x, wait, p_wait = Q.closed_queue_mva(clients=clients, service_mean_s=mean_s,
                                                      service_scv=scv_s, servers=self.dep.prefill.workers,
                                                      think_s=rest)
-                memo[rate] = (x, wait, p_wait, rest)
+                memo[rate] = (x, wait, p_wait, rest, st)
             return memo[rate]
 
         def excess(rate: float) -> float:
@@ -303,11 +311,11 @@ class DisaggregatedModel:
                 hi, lo, factor = lo, lo / factor, factor * factor
         if lo < hi:
             lam = float(optimize.brentq(excess, lo, hi, xtol=ROOT_XTOL * hi, rtol=ROOT_RTOL))
-        _, wait, p_wait, think = mva_at(lam)
+        _, wait, p_wait, think, st = mva_at(lam)
         values, weights = Q.closed_queue_wait_points(
             clients=clients, service_mean_s=mean_s, service_scv=scv_s, servers=self.dep.prefill.workers,
-            think_s=max(think, 0.0), mean_wait_s=wait)
-        return lam, wait, p_wait, values, weights, max(think, 0.0)
+            think_s=think, mean_wait_s=wait)
+        return lam, wait, p_wait, values, weights, think, st
 
     def locked_prefill_wait_s(self, clients: float, think_s: float) -> float | None:
         """The prefill wait of a closed loop whose clients stay phase-locked, or None when the workload can

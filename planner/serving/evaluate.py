@@ -218,6 +218,14 @@ def active_replicas(problem: ServingProblem, replicas: int) -> int:
     return replicas
 
 
+def _closed_loop_arrivals(clients: float) -> tuple[float, float]:
+    """(arrival scv, queue-wait scale) of ``clients`` closed-loop clients: a lone client's arrivals are
+    deterministic, many clients' superpose towards Poisson (the superposition theorem, Palm–Khintchine):
+    c_a² ≈ 1 − 1/N; an arrival queues behind the other N − 1."""
+    scv = max(0.0, 1.0 - 1.0 / clients) if clients > 0 else 1.0
+    return scv, max(clients - 1.0, 0.0) / clients
+
+
 def _operating_rate(model: AggregatedModel | DisaggregatedModel, problem: ServingProblem, replicas: int
                     ) -> tuple[float, float, float, float, bool, object]:
     """(per-replica served rate, arrival scv, queue-wait scale, extra closed-loop queueing when saturated [s],
@@ -226,10 +234,7 @@ def _operating_rate(model: AggregatedModel | DisaggregatedModel, problem: Servin
     arr = problem.workload.arrival
     if arr.kind == "closed_loop":
         clients = float(arr.concurrency) / replicas
-        # a closed loop's arrivals: a lone client's are deterministic, many clients' superpose towards
-        # Poisson (the superposition theorem, Palm–Khintchine): c_a² ≈ 1 − 1/N
-        scv = max(0.0, 1.0 - 1.0 / clients) if clients > 0 else 1.0
-        scale = max(clients - 1.0, 0.0) / clients
+        scv, scale = _closed_loop_arrivals(clients)
         if isinstance(model, AggregatedModel):
             lam, st = model.closed_loop_state(clients, scv)
         else:
@@ -409,14 +414,16 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
 def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     dep = problem.deployment
     model = DisaggregatedModel(problem)
-    lam, scv, scale, extra, overloaded, st = _operating_rate(model, problem, 1)
     w = problem.workload
     # a closed loop's prefill queue: mean-value analysis over its clients, when the prefill pool limits
-    mva = (model.closed_loop_prefill(float(w.arrival.concurrency), scv, start_rate_per_s=lam)
-           if w.arrival.kind == "closed_loop" else None)
+    mva = None
+    if w.arrival.kind == "closed_loop":
+        scv, scale = _closed_loop_arrivals(float(w.arrival.concurrency))
+        mva = model.closed_loop_prefill(float(w.arrival.concurrency), scv)
     if mva is not None:
-        lam, extra = mva[0], 0.0
-        st = model.steady_state(np.array([lam]), scv, scale)
+        lam, extra, overloaded, st = mva[0], 0.0, False, mva[6]
+    else:  # open loops, and closed loops the decode pool or the KV link limits: the open prefill queue
+        lam, scv, scale, extra, overloaded, st = _operating_rate(model, problem, 1)
     saturated = extra > 0
     if st is None:
         st = model.steady_state(np.array([lam]), scv, scale)
