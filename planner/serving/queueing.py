@@ -451,16 +451,22 @@ def _gamma_mixture_quantiles(p: FloatArray, shape: FloatArray, scale: FloatArray
     x = np.where(gap > 0, lo + (probs - cdf[lo_i]) / np.where(gap > 0, gap, 1.0) * (hi - lo), hi)
     x = np.clip(x, lo, hi)
     log_norm = special.gammaln(a) + a * np.log(th)
+    # only the quantiles not yet within the tolerance are refined (a staircase's take every step)
+    active = np.arange(probs.size)
     for _ in range(MIXTURE_NEWTON_STEPS):
-        xx = x[None, :]
-        f_x = np.add.reduce(pc * special.gammainc(a, xx / th), axis=0) - probs
-        if np.all(np.abs(f_x) <= MIXTURE_TOLERANCE):
+        xa = x[active][None, :]
+        f_x = np.add.reduce(pc * special.gammainc(a, xa / th), axis=0) - probs[active]
+        open_ = np.abs(f_x) > MIXTURE_TOLERANCE
+        active, f_x, xa = active[open_], f_x[open_], xa[:, open_]
+        if active.size == 0:
             break
-        pdf = np.add.reduce(pc * np.exp(special.xlogy(a - 1.0, xx) - xx / th - log_norm), axis=0)
-        lo, hi = np.where(f_x < 0, x, lo), np.where(f_x > 0, x, hi)
-        step = x - f_x / np.where(pdf > 0, pdf, np.inf)
-        inside = (step >= lo) & (step <= hi) & (pdf > 0)
-        x = np.where(f_x == 0, x, np.where(inside, step, 0.5 * (lo + hi)))
+        pdf = np.add.reduce(pc * np.exp(special.xlogy(a - 1.0, xa) - xa / th - log_norm), axis=0)
+        xv = xa[0]
+        lo_a, hi_a = np.where(f_x < 0, xv, lo[active]), np.where(f_x > 0, xv, hi[active])
+        step = xv - f_x / np.where(pdf > 0, pdf, np.inf)
+        inside = (step >= lo_a) & (step <= hi_a) & (pdf > 0)
+        x[active] = np.where(inside, step, 0.5 * (lo_a + hi_a))
+        lo[active], hi[active] = lo_a, hi_a
     return x
 
 
