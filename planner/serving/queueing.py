@@ -67,7 +67,9 @@ def _factorials(c: int) -> tuple[FloatArray, FloatArray, float]:
     """(k = 0 … c − 1, log k!, log c!) for :func:`erlang_c_array`: a decode pool's slot queue has hundreds of
     servers, and the same count comes back at every rate a closed loop's root tries."""
     k = np.arange(c, dtype=np.float64)
-    return k, special.gammaln(k + 1.0), float(special.gammaln(c + 1.0))
+    log_k_factorial = special.gammaln(k + 1.0)
+    k.flags.writeable = log_k_factorial.flags.writeable = False  # shared by every caller: read-only
+    return k, log_k_factorial, float(special.gammaln(c + 1.0))
 
 
 def erlang_c_array(servers: float, offered_load: ArrayLike) -> FloatArray:
