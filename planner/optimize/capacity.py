@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import special
 
 from planner.serving import queueing as Q
 from planner.serving.aggregated import MAX_UTILIZATION, AggregatedModel, SteadyState, take_states
@@ -441,34 +440,3 @@ def states_at_rate(
         b[k] = np.interp(min(rate_per_s, top[k]), lk, bk) if lk.size else 0.0
     at = model._at_batch(b, arrival_scv, 1.0, np.full(nk, float(rate_per_s)), np.arange(nk))
     return at, at.stable & (rate_per_s <= top * (1.0 + 1e-9))
-
-
-def erlang_c_servers(
-    servers: NDArray[np.intp] | FloatArray,
-    offered_load: FloatArray,
-    *,
-    log_factorial: FloatArray | None = None,
-) -> FloatArray:
-    """Erlang-C probability of waiting for arrays of server counts ``c`` and offered loads ``a`` (broadcast).
-
-    Through Erlang B, which is a ratio of Poisson terms: ``B(c, a) = pmf(c; a) / cdf(c; a)`` (Jagerman,
-    "Some properties of the Erlang loss function", Bell Syst. Tech. J. 53, 1974), and
-    ``C = B / (1 − (a/c)(1 − B))`` (the standard Erlang B–C relation); one special-function call per
-    element instead of a sum over ``c`` terms. ``log_factorial``: ``log c!`` (:func:`log_factorial`) of
-    the broadcast server counts, from a caller that asks about the same servers many times."""
-    c, a = np.broadcast_arrays(
-        np.asarray(servers, dtype=np.float64), np.asarray(offered_load, dtype=np.float64)
-    )
-    a_safe = np.clip(a, 1e-300, None)
-    log_c_factorial = special.gammaln(c + 1.0) if log_factorial is None else log_factorial
-    log_pmf = c * np.log(a_safe) - a_safe - log_c_factorial
-    cdf = special.pdtr(c, a_safe)
-    b = np.clip(np.exp(log_pmf) / np.maximum(cdf, 1e-300), 0.0, 1.0)
-    rho = a_safe / np.maximum(c, 1e-300)
-    out = b / np.maximum(1.0 - rho * (1.0 - b), 1e-300)
-    return np.where(a <= 0, 0.0, np.where(a >= c, 1.0, np.clip(out, 0.0, 1.0)))
-
-
-def log_factorial(servers: NDArray[np.intp] | FloatArray) -> FloatArray:
-    """``log c!`` of server counts, as :func:`erlang_c_servers` computes it (``gammaln(c + 1)``)."""
-    return special.gammaln(np.asarray(servers, dtype=np.float64) + 1.0)

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from planner.optimize.capacity import erlang_c_servers, log_factorial
 from planner.serving.batch import decode_elasticity
 from planner.serving.disaggregated import MAX_UTILIZATION
 from planner.serving.evaluate import FLUCTUATION_Z
+from planner.serving.queueing import erlang_c_servers, log_factorial
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]

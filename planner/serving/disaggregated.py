@@ -154,29 +154,40 @@ class DisaggregatedModel:
         self.batch_grid = grid
         self.decode_table = np.broadcast_to(
             decode_latency_s(self.dec_ctx, batch_size=grid, context_tokens=self.decode_context), grid.shape).copy()
+        # the prompt law's moments that every steady state uses (a closed loop's root asks for ~7 of them)
+        w_in = self.in_weights
+        self.prefill_mean_s = float(np.dot(w_in, self.prefill_s))
+        self.prefill_scv = (max(float(np.dot(w_in, self.prefill_s**2)) / self.prefill_mean_s**2 - 1.0, 0.0)
+                            if self.prefill_mean_s > 0 else 0.0)
+        self.transfer_full_mean_s = float(np.dot(w_in, self.transfer_full_s))
+        self.transfer_mean_s = float(np.dot(w_in, self.transfer_s))
+        self._curve: tuple[FloatArray, FloatArray] | None = None
 
     def _decode_curve(self) -> tuple[FloatArray, FloatArray]:
         """λ(B) of the decode pool: Little's law B = (λ/D)·(E[O] − 1)·τ_d(B + 1), explicit in λ (a request
-        decodes in a batch of itself plus the B others)."""
-        top = self.batch_grid[-1]
-        b = np.concatenate([[0.0], geometric_grid(1e-3, max(top - 1.0, 1e-3), 90)])
-        if self.mean_decode_steps <= 0:
-            return b, np.full_like(b, np.inf)
-        tau = np.interp(b + 1.0, self.batch_grid, self.decode_table)
-        return b, self.dep.decode.workers * b / (self.mean_decode_steps * tau)
+        decodes in a batch of itself plus the B others). Computed once (read-only arrays)."""
+        if self._curve is None:
+            top = self.batch_grid[-1]
+            b = np.concatenate([[0.0], geometric_grid(1e-3, max(top - 1.0, 1e-3), 90)])
+            if self.mean_decode_steps <= 0:
+                lam = np.full_like(b, np.inf)
+            else:
+                tau = np.interp(b + 1.0, self.batch_grid, self.decode_table)
+                lam = self.dep.decode.workers * b / (self.mean_decode_steps * tau)
+            b.flags.writeable = lam.flags.writeable = False
+            self._curve = (b, lam)
+        return self._curve
 
     def steady_state(self, rate_per_s: FloatArray, arrival_scv: float, wait_scale: float = 1.0) -> DisaggState:
         lam = np.atleast_1d(np.asarray(rate_per_s, dtype=np.float64))
         dep = self.dep
-        w = self.in_weights
-        mean_s = float(np.dot(w, self.prefill_s))
-        scv_s = max(float(np.dot(w, self.prefill_s**2)) / mean_s**2 - 1.0, 0.0)
+        mean_s, scv_s = self.prefill_mean_s, self.prefill_scv
         # beyond saturation the figures are those at the stability limit (flagged unstable)
         lam_q = np.minimum(lam, MAX_UTILIZATION * dep.prefill.workers / mean_s)
         wq_a, p_a = Q.ggc_wait_array(arrival_rate_per_s=lam_q * wait_scale, servers=dep.prefill.workers,
                                      service_mean_s=mean_s, service_scv=scv_s, arrival_scv=arrival_scv)
         rho_a = lam * mean_s / dep.prefill.workers
-        link_util = lam * float(np.dot(w, self.transfer_full_s)) / dep.prefill.workers
+        link_util = lam * self.transfer_full_mean_s / dep.prefill.workers
         b_grid, lam_grid = self._decode_curve()
         if self.mean_decode_steps > 0:
             b = np.interp(lam, lam_grid, b_grid)
@@ -211,16 +222,13 @@ class DisaggregatedModel:
         return 1.0 / (1.0 - float(eps[0]))
 
     def mean_e2e_s(self, st: DisaggState) -> FloatArray:
-        w = self.in_weights
-        ttft = (self.problem.engine.request_overhead_s + st.prefill_wait_s + float(np.dot(w, self.prefill_s))
-                + float(np.dot(w, self.transfer_s)))
+        ttft = (self.problem.engine.request_overhead_s + st.prefill_wait_s + self.prefill_mean_s
+                + self.transfer_mean_s)
         return ttft + st.decode_slot_wait_s + self.mean_decode_steps * st.decode_iteration_s
 
     def saturation_rate_per_s(self, arrival_scv: float = 1.0, wait_scale: float = 1.0) -> float:
-        w = self.in_weights
-        mean_s = float(np.dot(w, self.prefill_s))
-        prefill_max = MAX_UTILIZATION * self.dep.prefill.workers / mean_s
-        link_max = self.dep.prefill.workers / float(np.dot(w, self.transfer_full_s))
+        prefill_max = MAX_UTILIZATION * self.dep.prefill.workers / self.prefill_mean_s
+        link_max = self.dep.prefill.workers / self.transfer_full_mean_s
         _, lam_grid = self._decode_curve()
         return float(min(prefill_max, link_max, lam_grid[-1]))
 
@@ -262,18 +270,16 @@ class DisaggregatedModel:
         The delay ``Z`` (front end, exposed transfer, decode slot wait, the decode steps) depends on the
         throughput through the decode batch: the throughput is the root of X(Z(λ)) = λ, bracketed from the
         open-queue root and solved by Brent's method (5-7 evaluations of the pools' state)."""
-        w = self.in_weights
-        mean_s = float(np.dot(w, self.prefill_s))
+        mean_s, scv_s = self.prefill_mean_s, self.prefill_scv
         if clients < 1.0 or mean_s <= 0.0:
             return None
-        scv_s = max(float(np.dot(w, self.prefill_s**2)) / mean_s**2 - 1.0, 0.0)
         scale = max(clients - 1.0, 0.0) / clients
         # the fixed point starts from the open-queue root (``closed_loop_rate_per_s``, interpolated), unless
         # given
         lam = (self.closed_loop_rate_per_s(clients, arrival_scv, polish=False) if start_rate_per_s is None
                else start_rate_per_s)
         prefill_max = MAX_UTILIZATION * self.dep.prefill.workers / mean_s
-        other_max = min(self.dep.prefill.workers / float(np.dot(w, self.transfer_full_s)),
+        other_max = min(self.dep.prefill.workers / self.transfer_full_mean_s,
                         float(self._decode_curve()[1][-1]))
         if other_max < prefill_max:
             return None
@@ -331,5 +337,5 @@ class DisaggregatedModel:
         w = self.problem.workload
         if clients <= 1.0 or w.input_tokens.values.size != 1 or w.output_tokens.values.size != 1:
             return None
-        service = float(np.dot(self.in_weights, self.prefill_s))
+        service = self.prefill_mean_s
         return max(clients * service / self.dep.prefill.workers - service - think_s, 0.0)

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -28,20 +27,48 @@ from planner.serving.grids import broadcast_view
 FloatArray = NDArray[np.float64]
 
 
+def erlang_c_servers(
+    servers: NDArray[np.intp] | FloatArray,
+    offered_load: ArrayLike,
+    *,
+    log_factorial: FloatArray | float | None = None,
+) -> FloatArray:
+    """Erlang-C probability of waiting for arrays of server counts ``c`` and offered loads ``a = λ/μ``
+    (broadcast): 0 where ``a ≤ 0``, 1 where ``a ≥ c``.
+
+    Through Erlang B, which is a ratio of Poisson terms: ``B(c, a) = pmf(c; a) / cdf(c; a)`` (Jagerman,
+    "Some properties of the Erlang loss function", Bell Syst. Tech. J. 53, 1974), and
+    ``C = B / (1 − (a/c)(1 − B))`` (the standard Erlang B–C relation): one special-function call per
+    element instead of a sum over ``c`` terms (a decode pool's slot queue has hundreds of servers).
+    ``log_factorial``: ``log c!`` (:func:`log_factorial`) of the broadcast server counts, from a caller that
+    asks about the same servers many times."""
+    c, a = np.broadcast_arrays(np.asarray(servers, dtype=np.float64),
+                               np.asarray(offered_load, dtype=np.float64))
+    a_safe = np.maximum(a, 1e-300)
+    log_c_factorial = special.gammaln(c + 1.0) if log_factorial is None else log_factorial
+    log_pmf = c * np.log(a_safe) - a_safe - log_c_factorial
+    b = np.minimum(np.exp(log_pmf) / np.maximum(special.pdtr(c, a_safe), 1e-300), 1.0)
+    out = b / np.maximum(1.0 - a_safe / np.maximum(c, 1e-300) * (1.0 - b), 1e-300)
+    return np.where(a <= 0, 0.0, np.where(a >= c, 1.0, np.minimum(out, 1.0)))
+
+
+def log_factorial(servers: NDArray[np.intp] | FloatArray) -> FloatArray:
+    """``log c!`` of server counts, as :func:`erlang_c_servers` computes it (``gammaln(c + 1)``)."""
+    return special.gammaln(np.asarray(servers, dtype=np.float64) + 1.0)
+
+
 def erlang_c(servers: float, offered_load: float) -> float:
-    """Probability that an arrival waits in an M/M/c queue with ``a = λ/μ`` (< c) offered load."""
+    """Probability that an arrival waits in an M/M/c queue with ``a = λ/μ`` offered load (``servers``
+    rounded to a whole count of at least 1): :func:`erlang_c_servers` for one queue."""
     c = max(1, int(round(servers)))
     a = float(offered_load)
     if a <= 0.0:
         return 0.0
     if a >= c:
         return 1.0
-    # C(c, a) = [a^c/c! · c/(c−a)] / [Σ_{k<c} a^k/k! + a^c/c! · c/(c−a)], in log space for large c
-    log_terms = np.arange(c) * np.log(a) - special.gammaln(np.arange(c) + 1.0)
-    log_top = c * np.log(a) - special.gammaln(c + 1.0) + np.log(c / (c - a))
-    hi = max(float(np.max(log_terms)), log_top)
-    top = np.exp(log_top - hi)
-    return float(top / (np.sum(np.exp(log_terms - hi)) + top))
+    pmf = math.exp(c * math.log(a) - a - math.lgamma(c + 1.0))
+    b = min(pmf / max(float(special.pdtr(c, a)), 1e-300), 1.0)
+    return min(b / max(1.0 - a / c * (1.0 - b), 1e-300), 1.0)
 
 
 def ggc_wait(
@@ -62,28 +89,11 @@ def ggc_wait(
     return float(wq), float(p_wait), float(rho)
 
 
-@functools.lru_cache(maxsize=64)
-def _factorials(c: int) -> tuple[FloatArray, FloatArray, float]:
-    """(k = 0 … c − 1, log k!, log c!) for :func:`erlang_c_array`: a decode pool's slot queue has hundreds of
-    servers, and the same count comes back at every rate a closed loop's root tries."""
-    k = np.arange(c, dtype=np.float64)
-    log_k_factorial = special.gammaln(k + 1.0)
-    k.flags.writeable = log_k_factorial.flags.writeable = False  # shared by every caller: read-only
-    return k, log_k_factorial, float(special.gammaln(c + 1.0))
-
-
 def erlang_c_array(servers: float, offered_load: ArrayLike) -> FloatArray:
     """Vectorized :func:`erlang_c` over offered loads (one server count)."""
     c = max(1, int(round(servers)))
-    a = np.atleast_1d(np.asarray(offered_load, dtype=np.float64))
-    a_safe = np.clip(a, 1e-300, c * (1.0 - 1e-12))
-    k, log_k_factorial, log_c_factorial = _factorials(c)
-    log_terms = k[None, :] * np.log(a_safe)[:, None] - log_k_factorial[None, :]
-    log_top = c * np.log(a_safe) - log_c_factorial + np.log(c / (c - a_safe))
-    hi = np.maximum(np.max(log_terms, axis=1), log_top)
-    top = np.exp(log_top - hi)
-    out = top / (np.sum(np.exp(log_terms - hi[:, None]), axis=1) + top)
-    return np.where(a <= 0, 0.0, np.where(a >= c, 1.0, out))
+    return erlang_c_servers(np.float64(c), np.atleast_1d(np.asarray(offered_load, dtype=np.float64)),
+                            log_factorial=math.lgamma(c + 1.0))
 
 
 def ggc_wait_array(

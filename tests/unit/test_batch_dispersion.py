@@ -47,6 +47,20 @@ def test_decode_life_overlap_of_known_laws():
     assert 0.3 < decode_life_overlap(_model(lognormal_lengths(median=150, p90=450))) < 0.7
 
 
+def test_decode_life_overlap_is_the_pairwise_mean_of_minima():
+    # unsorted points with ties and zero-length lives, against E[min(D₁, D₂)] summed over every pair
+    rng = np.random.default_rng(7)
+    for size in (3, 40, 256):
+        values = rng.choice(np.array([1.0, 2.0, 7.0, 30.0, 31.0, 400.0, 2000.0]), size=size)
+        values[: size // 3] = np.round(rng.lognormal(4.0, 1.2, size // 3)) + 1.0
+        weights = rng.random(size)
+        weights /= weights.sum()
+        d = values - 1.0
+        pairwise = float(weights @ np.minimum(d[:, None], d[None, :]) @ weights) / float(weights @ d)
+        law = LengthDistribution(values=values, weights=weights)
+        assert decode_life_overlap(_model(law)) == pytest.approx(pairwise, rel=1e-12)
+
+
 @pytest.mark.parametrize("chunked", [True, False])
 def test_dispersion_is_poisson_at_light_load_and_grows_with_it(chunked):
     model = _model(lognormal_lengths(median=150, p90=450), chunked)

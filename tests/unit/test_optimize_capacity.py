@@ -3,16 +3,23 @@ reference implementations of ``planner.serving`` (which ``evaluate`` uses)."""
 
 from __future__ import annotations
 
+import decimal
+
 import numpy as np
 import pytest
 
 from planner.optimize.capacity import (
     discrete_quantile,
-    erlang_c_servers,
     shifted_wait_cdf,
     shifted_wait_quantile,
 )
-from planner.serving.queueing import erlang_c, quantiles_of_shifted_wait, weighted_quantiles
+from planner.serving.queueing import (
+    erlang_c,
+    erlang_c_array,
+    erlang_c_servers,
+    quantiles_of_shifted_wait,
+    weighted_quantiles,
+)
 from planner.serving.workload import (
     MAX_EMPIRICAL_POINTS,
     LengthDistribution,
@@ -29,21 +36,36 @@ UTILIZATIONS = [*np.linspace(0.01, 0.99, 50), 0.995, 0.999]
 # --------------------------------------------------------------------------- Erlang C
 
 
-def test_erlang_c_servers_matches_the_scalar_sum_over_a_grid() -> None:
+def _erlang_c_by_definition(c: int, a: float) -> float:
+    """C(c, a) = [a^c/c! · c/(c − a)] / [Σ_{k<c} a^k/k! + a^c/c! · c/(c − a)], summed term by term in
+    40-digit decimal arithmetic (the definition, not the Poisson-ratio form the planner uses)."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = 40
+        a_d, term, total = decimal.Decimal(a), decimal.Decimal(1), decimal.Decimal(0)
+        for k in range(c):
+            total += term
+            term = term * a_d / (k + 1)  # a^(k+1) / (k+1)!
+        top = term * c / (c - a_d)
+        return float(top / (total + top))
+
+
+def test_erlang_c_matches_the_definition_over_a_grid() -> None:
     c, rho = np.meshgrid(np.array(SERVERS, dtype=float), np.array(UTILIZATIONS), indexing="ij")
     a = c * rho
+    ref = np.array([[_erlang_c_by_definition(int(ci), ai) for ci, ai in zip(crow, arow, strict=True)]
+                    for crow, arow in zip(c, a, strict=True)])
     got = erlang_c_servers(c, a)
-    ref = np.array(
-        [
-            [erlang_c(ci, ai) for ci, ai in zip(crow, arow, strict=True)]
-            for crow, arow in zip(c, a, strict=True)
-        ]
-    )
     assert got.shape == c.shape
     worst = np.unravel_index(np.argmax(np.abs(got - ref) / np.maximum(ref, 1e-300)), c.shape)
     np.testing.assert_allclose(
         got, ref, rtol=1e-9, atol=0.0, err_msg=f"worst at c={c[worst]:g}, rho={rho[worst]:.3g}"
     )
+    # the one-queue forms: the scalar, and one server count over many loads
+    scalar = np.array([[erlang_c(ci, ai) for ci, ai in zip(crow, arow, strict=True)]
+                       for crow, arow in zip(c, a, strict=True)])
+    np.testing.assert_allclose(scalar, ref, rtol=1e-9, atol=0.0)
+    rows = np.array([erlang_c_array(crow[0], arow) for crow, arow in zip(c, a, strict=True)])
+    np.testing.assert_allclose(rows, ref, rtol=1e-9, atol=0.0)
 
 
 def test_erlang_c_servers_edges_and_broadcasting() -> None:
