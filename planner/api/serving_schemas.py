@@ -524,8 +524,11 @@ class MetricsOut(BaseModel):
         description="What saturates first as load grows: prefill, decode, kv_capacity or kv_link"
     )
     kv_transfer: dict[str, FiniteFloat] | None = Field(
-        description="KV-transfer figures, SI units in their names (bytes_per_request [bytes], bytes_per_s "
-        "[bytes/s], link_bandwidth_bytes_per_s, transfer_s_mean and exposed_s_mean [s]); null when aggregated"
+        description="KV-transfer figures, SI units in their names: bytes_per_request [bytes]; bytes_per_s, the "
+        "whole prefill pool's KV traffic at this load [bytes/s]; link_bandwidth_bytes_per_s, what the pool's "
+        "links carry together (each prefill worker's GPUs sending in parallel, at the datasheet bandwidth "
+        "times the GPU family's link fraction) [bytes/s]; transfer_s_mean, one request's whole transfer, and "
+        "exposed_s_mean, the part its prefill does not hide [s]. Null when aggregated"
     )
     slo_attainment_fraction: FiniteFloat | None = Field(
         description="Share of requests meeting the SLO, 0..1; null without slo"
