@@ -34,10 +34,8 @@ from planner.units import DTYPE_BYTES
 FloatArray = NDArray[np.float64]
 NUM_BATCH_POINTS = 24
 #: the closed loop's fixed point (``DisaggregatedModel.closed_loop_prefill``): the factor its bracket widens
-#: by at its first step (squared at each next one), and Brent's tolerances on the rate (absolute, as a
-#: share of the bracket's top, and relative)
+#: by at its first step (squared at each next one); Brent's tolerances: ``queueing.ROOT_XTOL``, ``ROOT_RTOL``
 BRACKET_FACTOR = 1.05
-ROOT_XTOL, ROOT_RTOL = 1e-12, 1e-11
 MAX_UTILIZATION = 0.995
 #: per-request hand-off between the pools that layer-wise transfer cannot hide (completion signalling,
 #: decode-side block allocation and admission) [s]: Splitwise measured a roughly constant 5 ms of
@@ -161,22 +159,34 @@ class DisaggregatedModel:
                             if self.prefill_mean_s > 0 else 0.0)
         self.transfer_full_mean_s = float(np.dot(w_in, self.transfer_full_s))
         self.transfer_mean_s = float(np.dot(w_in, self.transfer_s))
-        self._curve: tuple[FloatArray, FloatArray] | None = None
+        self._curves: dict[float, tuple[FloatArray, FloatArray]] = {}
 
-    def _decode_curve(self) -> tuple[FloatArray, FloatArray]:
-        """λ(B) of the decode pool: Little's law B = (λ/D)·(E[O] − 1)·τ_d(B + 1), explicit in λ (a request
-        decodes in a batch of itself plus the B others). Computed once (read-only arrays)."""
-        if self._curve is None:
+    def _decode_curve(self, wait_scale: float = 1.0) -> tuple[FloatArray, FloatArray]:
+        """λ(B) of the decode pool: Little's law B = (λ/D)·(E[O] − 1)·τ_d(s·B + 1), explicit in λ (a request
+        decodes in a batch of itself plus the others it sees, s·B: all B in an open loop, s = 1; the other
+        N − 1 clients' share in a closed loop of N, s = (N − 1)/N, as ``steady_state``'s iteration time).
+        Computed once per ``wait_scale`` (read-only arrays).
+
+        Until 2026-12-05 the curve had s = 1 for closed loops too, while the iteration time used s: a single
+        client (s = 0) read a batch of 2.1 sequences off it (Qwen3-0.6B, 16000/100000 tokens, one L40S tp4
+        decode worker), and evaluate's ITL law, built on that batch, broke Little's law by 53 %."""
+        if wait_scale not in self._curves:
             top = self.batch_grid[-1]
             b = np.concatenate([[0.0], geometric_grid(1e-3, max(top - 1.0, 1e-3), 90)])
             if self.mean_decode_steps <= 0:
                 lam = np.full_like(b, np.inf)
             else:
-                tau = np.interp(b + 1.0, self.batch_grid, self.decode_table)
+                tau = np.interp(np.minimum(b * wait_scale + 1.0, top), self.batch_grid, self.decode_table)
                 lam = self.dep.decode.workers * b / (self.mean_decode_steps * tau)
+                # the stable branch: where the iteration time steps up faster than the batch (a GEMM tile
+                # boundary) λ(B) dips, and a batch past the dip is reached only at a higher rate; a rate
+                # reads the first batch that serves it (np.interp needs increasing rates: on the raw curve
+                # a vector and a scalar look-up of one rate gave batches of 122 and 197)
+                rising = np.concatenate([[True], lam[1:] > np.maximum.accumulate(lam)[:-1]])
+                b, lam = b[rising], lam[rising]
             b.flags.writeable = lam.flags.writeable = False
-            self._curve = (b, lam)
-        return self._curve
+            self._curves[wait_scale] = (b, lam)
+        return self._curves[wait_scale]
 
     def steady_state(self, rate_per_s: FloatArray, arrival_scv: float, wait_scale: float = 1.0) -> DisaggState:
         lam = np.atleast_1d(np.asarray(rate_per_s, dtype=np.float64))
@@ -188,7 +198,7 @@ class DisaggregatedModel:
                                      service_mean_s=mean_s, service_scv=scv_s, arrival_scv=arrival_scv)
         rho_a = lam * mean_s / dep.prefill.workers
         link_util = lam * self.transfer_full_mean_s / dep.prefill.workers
-        b_grid, lam_grid = self._decode_curve()
+        b_grid, lam_grid = self._decode_curve(wait_scale)
         if self.mean_decode_steps > 0:
             b = np.interp(lam, lam_grid, b_grid)
             decode_ok = lam <= lam_grid[-1] * (1.0 + 1e-9)
@@ -198,7 +208,13 @@ class DisaggregatedModel:
         # the batch a decoding request runs in: itself plus the others on its worker
         tau = np.interp(np.minimum(b * wait_scale + 1.0, self.batch_grid[-1]), self.batch_grid, self.decode_table)
         stable = (rho_a < MAX_UTILIZATION) & decode_ok & (link_util < 1.0)
-        # waiting for a decode slot once the batch nears its cap (Allen-Cunneen over the slots)
+        # waiting for a decode slot once the batch nears its cap (Allen-Cunneen over the slots), each rate
+        # with its own residence. Until 2026-12-05 every rate of a call had the mean residence of them all:
+        # on the closed loop's grid of rates the slot wait near the cap came out far too small, the loop
+        # looked saturated and took the grid's last rate (Qwen3-0.6B, 2/16000 tokens, 257 clients on one
+        # GB200 tp4 decode worker of 256 slots: 0.661 requests/s and 491 s end to end, 325 clients' worth;
+        # random evaluate bodies found 33 loops in 8000 over Little's law by up to 72 %, with the two fixes
+        # of ``_decode_curve``)
         residence = self.mean_decode_steps * tau
         slots = max(self.batch_cap, 1.0)
         per_worker = lam / dep.decode.workers
@@ -206,7 +222,7 @@ class DisaggregatedModel:
         slot_wait = np.zeros_like(lam)
         if self.mean_decode_steps > 0:
             slot_wait, _ = Q.ggc_wait_array(arrival_rate_per_s=x_q * wait_scale, servers=slots,
-                                            service_mean_s=float(np.mean(residence)), service_scv=0.5,
+                                            service_mean_s=residence, service_scv=0.5,
                                             arrival_scv=arrival_scv)
         return DisaggState(
             rate_per_s=lam, prefill_wait_s=wq_a, prefill_p_wait=p_a, prefill_utilization=rho_a,
@@ -229,12 +245,17 @@ class DisaggregatedModel:
     def saturation_rate_per_s(self, arrival_scv: float = 1.0, wait_scale: float = 1.0) -> float:
         prefill_max = MAX_UTILIZATION * self.dep.prefill.workers / self.prefill_mean_s
         link_max = self.dep.prefill.workers / self.transfer_full_mean_s
-        _, lam_grid = self._decode_curve()
+        _, lam_grid = self._decode_curve(wait_scale)
         return float(min(prefill_max, link_max, lam_grid[-1]))
 
     def closed_loop_rate_per_s(self, clients: float, arrival_scv: float, polish: bool = True) -> float:
         """The rate at which ``clients`` closed-loop clients close Little's law, N = λ·E[e2e](λ), with the
-        prefill queue as an open one: interpolated on a grid of rates, then (``polish``) secant steps."""
+        prefill queue as an open one: interpolated on a grid of rates, then (``polish``) solved by Brent's
+        method between the two grid rates around it.
+
+        Until 2026-12-05 the polish was three secant steps from ±2 % of the interpolated rate, which can stop
+        short where E[e2e] climbs as 1 / (1 − ρ) near the decode pool's slot cap; the root is now bracketed
+        (``queueing.root_on_curve``)."""
         scale = max(clients - 1.0, 0.0) / clients
         sat = self.saturation_rate_per_s(arrival_scv, scale)
         grid = sat * np.concatenate([geometric_grid(1e-6, 0.9, 48),
@@ -246,16 +267,12 @@ class DisaggregatedModel:
         lam = float(np.interp(clients, pop, grid))
         if not polish:
             return lam
-        # polish the interpolated root with secant steps on N(λ) = λ·E[e2e](λ)
-        lo, hi = lam * 0.98, min(lam * 1.02, sat)
-        for _ in range(3):
-            pair = self.steady_state(np.array([lo, hi]), arrival_scv, scale)
-            n_lo, n_hi = np.array([lo, hi]) * self.mean_e2e_s(pair)
-            if n_hi == n_lo:
-                break
-            lam = float(np.clip(lo + (clients - n_lo) * (hi - lo) / (n_hi - n_lo), 0.0, sat))
-            lo, hi = lam * 0.999, min(lam * 1.001, sat)
-        return lam
+
+        def excess(rate: float) -> float:
+            at = self.steady_state(np.array([rate]), arrival_scv, scale)
+            return rate * float(self.mean_e2e_s(at)[0]) - clients
+
+        return Q.root_on_curve(excess, grid, pop, clients, lam)
 
     def closed_loop_prefill(
         self, clients: float, arrival_scv: float, start_rate_per_s: float | None = None
@@ -280,7 +297,7 @@ class DisaggregatedModel:
                else start_rate_per_s)
         prefill_max = MAX_UTILIZATION * self.dep.prefill.workers / mean_s
         other_max = min(self.dep.prefill.workers / self.transfer_full_mean_s,
-                        float(self._decode_curve()[1][-1]))
+                        float(self._decode_curve(scale)[1][-1]))
         if other_max < prefill_max:
             return None
         # the fixed point λ = X(Z(λ)): X the MVA throughput at the delay Z, which grows with λ, so
@@ -316,7 +333,7 @@ class DisaggregatedModel:
             while excess(lo) < 0.0:  # X > 0 at any rate, so a small enough rate has a positive excess
                 hi, lo, factor = lo, lo / factor, factor * factor
         if lo < hi:
-            lam = float(optimize.brentq(excess, lo, hi, xtol=ROOT_XTOL * hi, rtol=ROOT_RTOL))
+            lam = float(optimize.brentq(excess, lo, hi, xtol=Q.ROOT_XTOL * hi, rtol=Q.ROOT_RTOL))
         _, wait, p_wait, think, st = mva_at(lam)
         values, weights = Q.closed_queue_wait_points(
             clients=clients, service_mean_s=mean_s, service_scv=scv_s, servers=self.dep.prefill.workers,

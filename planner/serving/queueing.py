@@ -17,14 +17,45 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import special
+from scipy import optimize, special
 
 from planner.serving.grids import broadcast_view
 
 FloatArray = NDArray[np.float64]
+
+
+#: Brent's tolerances on a closed loop's throughput (``scipy.optimize.brentq``: absolute, as a share of the
+#: bracket's top, and relative), for every closed-loop root of the serving models
+ROOT_XTOL, ROOT_RTOL = 1e-12, 1e-11
+
+
+def root_on_curve(excess: Callable[[float], float], rates: FloatArray, levels: FloatArray, target: float,
+                  guess: float) -> float:
+    """The rate where a closed loop's population λ·E[e2e](λ) reaches ``target`` clients, by Brent's method:
+    ``excess(λ)`` is that population less the target at one rate; ``levels`` its running maximum over the
+    increasing ``rates`` of a curve already computed. The bracket is the two curve rates around the target,
+    widened along the curve until ``excess`` itself straddles zero; ``guess`` when it never does (a curve
+    whose population falls back, which the running maximum hides)."""
+    i = int(np.searchsorted(levels, target))
+    lo_i, hi_i = max(i - 1, 0), min(i, rates.size - 1)
+    lo, hi = (float(rates[lo_i]) if i > 0 else 0.0), float(rates[hi_i])
+    f_lo = excess(lo) if lo > 0 else -target
+    f_hi = excess(hi)
+    while f_lo > 0 and lo_i > 0:
+        lo_i -= 1
+        lo = float(rates[lo_i])
+        f_lo = excess(lo)
+    while f_hi < 0 and hi_i < rates.size - 1:
+        hi_i += 1
+        hi = float(rates[hi_i])
+        f_hi = excess(hi)
+    if not (f_lo <= 0.0 <= f_hi) or lo >= hi:
+        return guess
+    return float(optimize.brentq(excess, lo, hi, xtol=ROOT_XTOL * hi, rtol=ROOT_RTOL))
 
 
 def erlang_c_servers(
