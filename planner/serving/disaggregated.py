@@ -212,9 +212,9 @@ class DisaggregatedModel:
         # with its own residence. Until 2026-12-05 every rate of a call had the mean residence of them all:
         # on the closed loop's grid of rates the slot wait near the cap came out far too small, the loop
         # looked saturated and took the grid's last rate (Qwen3-0.6B, 2/16000 tokens, 257 clients on one
-        # GB200 tp4 decode worker of 256 slots: 0.661 requests/s and 491 s end to end, 325 clients' worth;
-        # random evaluate bodies found 33 loops in 8000 over Little's law by up to 72 %, with the two fixes
-        # of ``_decode_curve``)
+        # GB200 tp4 decode worker of 256 slots: 0.659 requests/s and 456 s end to end, 301 clients' worth;
+        # random evaluate bodies found 34 loops in 8300 that broke Little's law, by up to 3.3×, with the
+        # causes in ``_decode_curve`` and ``closed_loop_rate_per_s``)
         residence = self.mean_decode_steps * tau
         slots = max(self.batch_cap, 1.0)
         per_worker = lam / dep.decode.workers

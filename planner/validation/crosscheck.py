@@ -42,7 +42,7 @@ from planner.models import ModelArchitecture, ModelCatalog
 from planner.serving.aggregated import AggregatedModel
 from planner.serving.batch import batch_dispersion, cap_share
 from planner.serving.disaggregated import DisaggregatedModel
-from planner.serving.evaluate import _tabulated_model, active_replicas, evaluate
+from planner.serving.evaluate import _closed_loop_arrivals, _tabulated_model, active_replicas, evaluate
 from planner.serving.types import (
     AggregatedDeployment,
     DisaggregatedDeployment,
@@ -427,18 +427,22 @@ def closed_form_batch_law(problem: ServingProblem, served_per_s: float) -> tuple
         replicas = active_replicas(problem, dep.replicas)
         lam = served_per_s / replicas
         if arrival.kind == "closed_loop":
-            st = model.steady_state(np.array([lam]), 1.0)
-            return float(1.0 - min(float(st.batch[0]) / (float(arrival.concurrency) / replicas), 1.0)), 0.0
+            clients = float(arrival.concurrency) / replicas
+            st = model.steady_state(np.array([lam]), *_closed_loop_arrivals(clients))
+            return float(1.0 - min(float(st.batch[0]) / clients, 1.0)), 0.0
         st = model.steady_state(np.array([lam]), arrival.arrival_cv**2)
         dispersion = batch_dispersion(model, st)
         return float(dispersion[0]), float(cap_share(model, st.batch, dispersion)[0])
     assert isinstance(dep, DisaggregatedDeployment)
     dmodel = DisaggregatedModel(problem)
-    st_d = dmodel.steady_state(np.array([served_per_s]), arrival.arrival_cv**2)
-    b = float(st_d.decode_batch[0])
     if arrival.kind == "closed_loop":
+        # the batch evaluate reads: the closed loop's curve, a request seeing the other N − 1 clients' share
+        scv, scale = _closed_loop_arrivals(float(arrival.concurrency))
+        st_d = dmodel.steady_state(np.array([served_per_s]), scv, scale)
+        b = float(st_d.decode_batch[0])
         return float(1.0 - min(b * dep.decode.workers / float(arrival.concurrency), 1.0)), 0.0
-    return dmodel.decode_batch_dispersion(b) / dep.decode.workers, 0.0
+    st_d = dmodel.steady_state(np.array([served_per_s]), arrival.arrival_cv**2)
+    return dmodel.decode_batch_dispersion(float(st_d.decode_batch[0])) / dep.decode.workers, 0.0
 
 
 def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.1,

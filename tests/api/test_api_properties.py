@@ -122,3 +122,67 @@ async def test_valid_requests_answer_or_explain(
         assert math.isfinite(latency) and latency > 0 and math.isfinite(out["tokens_per_s"])
     else:
         assert response.headers["content-type"].startswith("application/problem+json")
+
+
+# --------------------------------------------------------------------------------------------- evaluate
+_EVAL_MODELS = ["meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-0.6B",
+                "deepseek-ai/DeepSeek-V3", "openai/gpt-oss-120b"]
+_EVAL_GPUS = ["h100-sxm", "h200-sxm", "b200", "gb200", "a100-80gb-sxm", "l40s", "mi300x"]
+_parallelism = st.fixed_dictionaries({"tp": st.sampled_from([1, 2, 4, 8])},
+                                     optional={"ep": st.sampled_from([1, 8]), "dp": st.sampled_from([1, 2])})
+_lengths = st.one_of(
+    st.sampled_from([1, 2, 128, 1000, 4000, 16000]),
+    st.builds(lambda m, r: {"distribution": "lognormal", "median": m, "p90": m * r},
+              st.sampled_from([20, 300, 1730, 8000]), st.sampled_from([1.01, 2.0, 3.0])),
+    st.builds(lambda xs: {"samples": xs}, st.lists(st.integers(1, 40_000), min_size=1, max_size=300)),
+)
+_arrival = st.one_of(
+    st.builds(lambda r: {"kind": "poisson", "rate_per_s": r}, st.sampled_from([0.01, 1.0, 8.0, 200.0])),
+    st.builds(lambda r, cv: {"kind": "gamma", "rate_per_s": r, "cv": cv}, st.sampled_from([0.5, 5.0]),
+              st.sampled_from([0.3, 3.0])),
+    st.builds(lambda n: {"kind": "closed_loop", "concurrency": n}, st.sampled_from([1, 2, 16, 64, 257, 1024])),
+)
+_pool = st.fixed_dictionaries({"gpu": st.sampled_from(_EVAL_GPUS), "parallelism": _parallelism,
+                               "workers": st.sampled_from([1, 2, 3])},
+                              optional={"max_batch_size": st.sampled_from([8, 256])})
+_deployment = st.one_of(
+    st.fixed_dictionaries({"mode": st.just("aggregated"), "gpu": st.sampled_from(_EVAL_GPUS),
+                           "parallelism": _parallelism},
+                          optional={"chunked_prefill": st.booleans(), "replicas": st.sampled_from([1, 3]),
+                                    "max_batch_size": st.sampled_from([4, 256])}),
+    st.fixed_dictionaries({"mode": st.just("disaggregated"), "prefill": _pool, "decode": _pool}),
+)
+
+
+@settings(max_examples=120, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(model=st.sampled_from(_EVAL_MODELS), deployment=_deployment, inputs=_lengths, outputs=_lengths,
+       arrival=_arrival, hit=st.sampled_from([0.0, 0.5, 0.99]))
+async def test_an_evaluation_is_consistent_or_explained(app, client_for, model, deployment, inputs, outputs,
+                                                        arrival, hit):
+    """Whatever deployment and workload: a 4xx problem, or finite figures whose percentiles are ordered, whose
+    end-to-end latency is at least the TTFT at every statistic, whose utilizations are shares, and, for a
+    closed loop, whose throughput and mean end-to-end latency keep Little's law N = X·E[e2e] (2 %: the ITL
+    law's mean and the steady state's iteration time are two approximations of one thing)."""
+    body = {"model": model, "deployment": deployment,
+            "workload": {"input_tokens": inputs, "output_tokens": outputs, "arrival": arrival,
+                         "prefix_cache_hit_fraction": hit}}
+    async with client_for(app, raise_app_exceptions=False) as client:
+        response = await client.post("/v1/evaluate", json=body)
+    event(f"status {response.status_code}")
+    assert response.status_code in {200, 404, 422}, response.text
+    if response.status_code != 200:
+        assert response.headers["content-type"].startswith("application/problem+json")
+        return
+    out = json.loads(response.text, parse_constant=lambda name: pytest.fail(f"{name} in the answer"))
+    for key in ("ttft_s", "itl_s", "tpot_s", "e2e_latency_s"):
+        s = out[key]
+        assert 0.0 <= s["p50"] <= s["p90"] * (1 + 1e-9) <= s["p99"] * (1 + 2e-9), (key, s)
+        assert s["mean"] > 0.0, (key, s)
+    for stat in ("mean", "p50", "p90", "p99"):
+        assert out["e2e_latency_s"][stat] >= out["ttft_s"][stat] * (1 - 1e-9), stat
+    assert all(0.0 <= u <= 1.0 + 1e-9 for u in out["utilization"].values()), out["utilization"]
+    if arrival["kind"] == "closed_loop" and out["feasible"]:
+        event("closed loop")
+        little = out["requests_per_s"] * out["e2e_latency_s"]["mean"] / arrival["concurrency"]
+        assert little == pytest.approx(1.0, abs=0.02), body

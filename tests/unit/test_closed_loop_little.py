@@ -2,7 +2,7 @@
 (Little's law over the whole cycle): ``evaluate``'s throughput and its mean end-to-end latency must keep it,
 however few the clients and however close a pool is to its cap.
 
-Random evaluate bodies (2026-12-05, 8000 of them) found 34 loops that did not: disaggregated ones where
+Random evaluate bodies (2026-12-05, 8300 of them) found 34 loops that did not: disaggregated ones where
 (1) the decode pool's λ(B) curve ignored that a closed loop's request sees only the other N − 1 clients'
 share of the batch (one client read a batch of 2.1 off it), (2) its slot wait on a grid of rates used the
 mean residence of all of them, (3) its λ(B) curve dipped at a GEMM tile step, where ``np.interp`` gives a
