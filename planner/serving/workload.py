@@ -6,6 +6,7 @@ quantile bins for continuous laws), so every serving formula can evaluate all of
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -52,6 +53,19 @@ def tail_refined_groups(sorted_weights: NDArray[np.float64], num_groups: int) ->
     u = np.cumsum(sorted_weights) - 0.5 * sorted_weights
     warped = 1.0 - np.sqrt(np.maximum(1.0 - u, 0.0))
     return np.minimum(warped * num_groups, num_groups - 1).astype(np.intp)
+
+
+@functools.lru_cache(maxsize=16)
+def tail_refined_targets(num_points: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(mid-probabilities, masses) of ``num_points`` groups cut as :func:`tail_refined_groups` cuts a law:
+    group j spans u ∈ [1 − (1 − j/k)², 1 − (1 − (j + 1)/k)²), a mass of (2·(k − j) − 1) / k², from about
+    2/k at the short end to 1/k² at the top. A law re-binned to the values at these probabilities keeps its
+    rare long tail, which equal masses of 1/k lose below a probability of 1/(2k) (read-only arrays)."""
+    k = max(int(num_points), 1)
+    edges = 1.0 - (1.0 - np.arange(k + 1, dtype=np.float64) / k) ** 2
+    mid, mass = 0.5 * (edges[:-1] + edges[1:]), np.diff(edges)
+    mid.flags.writeable = mass.flags.writeable = False
+    return mid, mass
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -161,7 +161,8 @@ _deployment = st.one_of(
 async def test_an_evaluation_is_consistent_or_explained(app, client_for, model, deployment, inputs, outputs,
                                                         arrival, hit):
     """Whatever deployment and workload: a 4xx problem, or finite figures whose percentiles are ordered, whose
-    end-to-end latency is at least the TTFT at every statistic, whose utilizations are shares, and, for a
+    end-to-end latency is at least the TTFT at every statistic, whose TTFT parts add up to its mean, whose
+    utilizations are shares, and, for a
     closed loop, whose throughput and mean end-to-end latency keep Little's law N = X·E[e2e] (2 %: the ITL
     law's mean and the steady state's iteration time are two approximations of one thing)."""
     body = {"model": model, "deployment": deployment,
@@ -182,6 +183,7 @@ async def test_an_evaluation_is_consistent_or_explained(app, client_for, model, 
     for stat in ("mean", "p50", "p90", "p99"):
         assert out["e2e_latency_s"][stat] >= out["ttft_s"][stat] * (1 - 1e-9), stat
     assert all(0.0 <= u <= 1.0 + 1e-9 for u in out["utilization"].values()), out["utilization"]
+    assert sum(out["ttft_breakdown_s"].values()) == pytest.approx(out["ttft_s"]["mean"], rel=1e-9, abs=1e-12)
     if arrival["kind"] == "closed_loop" and out["feasible"]:
         event("closed loop")
         little = out["requests_per_s"] * out["e2e_latency_s"]["mean"] / arrival["concurrency"]
