@@ -151,18 +151,18 @@ class DecodeVariant:
 def _decode_itl_ok(
     v: DecodeVariant, b: FloatArray, workers: FloatArray, itl_s: float, q: float
 ) -> NDArray[np.bool_]:
-    """ITL percentile within target at per-worker batch ``b`` with ``workers`` workers (broadcast)."""
-    pool = b * workers
-    # the pool's batch fluctuation, as evaluate's: a processor-sharing station's (batch.batch_dispersion)
+    """ITL percentile within target at per-worker batch ``b`` with ``workers`` workers (broadcast), as
+    evaluate's law has it: each worker's batch (a stream counts in its own worker's), fluctuating as a
+    processor-sharing station's (``batch.batch_dispersion``), size-biased, its mean kept at the iteration
+    time of the batch a request runs in, ``τ(b + 1)``. The worker count only broadcasts."""
+    b, _ = np.broadcast_arrays(np.asarray(b, dtype=np.float64), np.asarray(workers, dtype=np.float64))
     eps = decode_elasticity(lambda x: np.interp(x + 1.0, v.batch_grid, v.step_s), b)
-    sd = np.sqrt(np.maximum(pool, 0.0) / (1.0 - eps))
-    pts = np.clip(
-        np.round(pool[..., None] + sd[..., None] * FLUCTUATION_Z),
-        1.0,
-        (max(v.batch_cap, 1.0) * workers)[..., None],
-    )
+    sd = np.sqrt(np.maximum(b, 0.0) / (1.0 - eps))
+    pts = np.clip(np.round(b[..., None] + sd[..., None] * FLUCTUATION_Z), 1.0, max(v.batch_cap, 1.0))
     wts = pts / np.sum(pts, axis=-1, keepdims=True)
-    itl = np.interp(pts / workers[..., None], v.batch_grid, v.step_s)
+    itl = np.interp(pts, v.batch_grid, v.step_s)
+    tau = np.interp(np.maximum(b, 0.0) + 1.0, v.batch_grid, v.step_s)
+    itl = np.maximum(itl + (tau - np.sum(wts * itl, axis=-1))[..., None], 0.0)
     return np.sum(wts * (itl <= itl_s * (1.0 + 1e-12)), axis=-1) >= q - 1e-12
 
 

@@ -232,7 +232,7 @@ class DisaggregatedModel:
         )
 
     def decode_batch_dispersion(self, batch: float) -> float:
-        """Variance over mean of an open loop's decode batch at ``batch`` per worker, over the whole pool:
+        """Variance over mean of an open loop's decode batch on one worker at ``batch`` per worker:
         decode-only iterations, so a processor-sharing station's 1 / (1 − ε) (``batch.batch_dispersion``)."""
         eps = decode_elasticity(lambda x: np.interp(x + 1.0, self.batch_grid, self.decode_table), np.array([batch]))
         return 1.0 / (1.0 - float(eps[0]))

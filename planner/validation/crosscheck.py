@@ -417,8 +417,8 @@ def run_seeds(case: Case, seeds: Sequence[int]) -> tuple[int, ...]:
 def closed_form_batch_law(problem: ServingProblem, served_per_s: float) -> tuple[float, float]:
     """(variance over mean of the decode batch per worker, share of time it is at its cap) that ``evaluate``
     uses at the served rate. The variance/mean: ``batch_dispersion`` for an aggregated open loop, a
-    processor-sharing station's 1 / (1 − ε) for a decode pool (over its workers, as evaluate spreads the
-    pool's batch), the binomial 1 − B̄ / N of N clients per replica for a closed loop. The cap share
+    processor-sharing station's 1 / (1 − ε) for a decode worker (each worker's batch, as evaluate's ITL law
+    has it), the binomial 1 − B̄ / N of N clients per replica for a closed loop. The cap share
     (``batch.cap_share``, what evaluate's warning reports): aggregated open loops only, 0 otherwise."""
     dep = problem.deployment
     arrival = problem.workload.arrival
@@ -442,7 +442,7 @@ def closed_form_batch_law(problem: ServingProblem, served_per_s: float) -> tuple
         b = float(st_d.decode_batch[0])
         return float(1.0 - min(b * dep.decode.workers / float(arrival.concurrency), 1.0)), 0.0
     st_d = dmodel.steady_state(np.array([served_per_s]), arrival.arrival_cv**2)
-    return dmodel.decode_batch_dispersion(float(st_d.decode_batch[0])) / dep.decode.workers, 0.0
+    return dmodel.decode_batch_dispersion(float(st_d.decode_batch[0])), 0.0
 
 
 def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.1,

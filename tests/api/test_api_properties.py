@@ -140,7 +140,8 @@ _arrival = st.one_of(
     st.builds(lambda r: {"kind": "poisson", "rate_per_s": r}, st.sampled_from([0.01, 1.0, 8.0, 200.0])),
     st.builds(lambda r, cv: {"kind": "gamma", "rate_per_s": r, "cv": cv}, st.sampled_from([0.5, 5.0]),
               st.sampled_from([0.3, 3.0])),
-    st.builds(lambda n: {"kind": "closed_loop", "concurrency": n}, st.sampled_from([1, 2, 16, 64, 257, 1024])),
+    st.builds(lambda n: {"kind": "closed_loop", "concurrency": n},
+              st.sampled_from([1, 2, 16, 64, 257, 1024])),
 )
 _pool = st.fixed_dictionaries({"gpu": st.sampled_from(_EVAL_GPUS), "parallelism": _parallelism,
                                "workers": st.sampled_from([1, 2, 3])},
@@ -162,9 +163,9 @@ async def test_an_evaluation_is_consistent_or_explained(app, client_for, model, 
                                                         arrival, hit):
     """Whatever deployment and workload: a 4xx problem, or finite figures whose percentiles are ordered, whose
     end-to-end latency is at least the TTFT at every statistic, whose TTFT parts add up to its mean, whose
-    utilizations are shares, and, for a
-    closed loop, whose throughput and mean end-to-end latency keep Little's law N = X·E[e2e] (2 %: the ITL
-    law's mean and the steady state's iteration time are two approximations of one thing)."""
+    utilizations are shares, and, for a closed loop, whose throughput and mean end-to-end latency keep
+    Little's law N = X·E[e2e] (2 %: a fixed-length loop's lock-step share enters its TTFT, not its
+    throughput; see ``docs/accuracy_notes.md``)."""
     body = {"model": model, "deployment": deployment,
             "workload": {"input_tokens": inputs, "output_tokens": outputs, "arrival": arrival,
                          "prefix_cache_hit_fraction": hit}}

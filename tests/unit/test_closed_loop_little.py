@@ -2,15 +2,15 @@
 (Little's law over the whole cycle): ``evaluate``'s throughput and its mean end-to-end latency must keep it,
 however few the clients and however close a pool is to its cap.
 
-Random evaluate bodies (2026-12-05, 8300 of them) found 34 loops that did not: disaggregated ones where
-(1) the decode pool's λ(B) curve ignored that a closed loop's request sees only the other N − 1 clients'
-share of the batch (one client read a batch of 2.1 off it), (2) its slot wait on a grid of rates used the
-mean residence of all of them, (3) its λ(B) curve dipped at a GEMM tile step, where ``np.interp`` gives a
-vector and a scalar look-up of one rate different batches, and (4) the secant polish stopped short; and one
-aggregated loop whose candidate rates never bracketed the root. The first, second and fourth bodies below
-broke the law before (X·E[e2e] / N: 1.53, 1.17 and 1.22 on d023227); the third kept it, but its states
-on a grid of rates and at single rates differed, as did those of the benchmark's loops of 2 to 1024
-clients."""
+Random evaluate bodies (2026-12-05) found loops that did not: disaggregated ones where (1) the decode pool's
+λ(B) curve ignored that a closed loop's request sees only the other N − 1 clients' share of the batch (one
+client read a batch of 2.1 off it), (2) its slot wait on a grid of rates used the mean residence of all of
+them, (3) its λ(B) curve dipped at a GEMM tile step, where ``np.interp`` gives a vector and a scalar look-up
+of one rate different batches, (4) the secant polish stopped short, and (5) the ITL law was the pool's batch
+law divided by its workers (a stream counted 1/W in its own worker's batch); and an aggregated loop whose
+candidate rates never bracketed the root. On d023227 the bodies for (1), (2), (5) and the aggregated loop
+broke the law (X·E[e2e] / N: 1.53, 1.17, 0.88 and 1.22); the one for (3) kept it, but its states on a grid
+of rates and at single rates differed, as did those of the benchmark's loops of 2 to 1024 clients."""
 
 from __future__ import annotations
 
@@ -58,6 +58,12 @@ BODIES = {
         "Qwen/Qwen3-32B", {"gpu": "gb200", "parallelism": {"tp": 1}, "workers": 3},
         {"gpu": "h200-sxm", "parallelism": {"tp": 1}, "workers": 8}, 128,
         {"distribution": "lognormal", "median": 1730, "p90": 3806}, 1024) | {"weight_dtype": "int4"},
+    # (5) eight decode workers under 16 clients: the ITL law counted a stream 1/8 in its own worker's batch
+    "itl-per-worker": _disaggregated(
+        "mistralai/Mixtral-8x7B-v0.1",
+        {"gpu": "gb200", "parallelism": {"tp": 2, "ep": 2}, "workers": 1, "token_budget": 512},
+        {"gpu": "b200", "parallelism": {"tp": 2, "pp": 2}, "workers": 8, "max_batch_size": 256}, 1000,
+        {"distribution": "lognormal", "mean": 50, "p90": 75}, 16),
     # aggregated, chunked, a prefill lane at 93 %: the candidates did not bracket the root
     "aggregated-bracket": {
         "model": "Qwen/Qwen3.5-35B-A3B",
