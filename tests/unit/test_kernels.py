@@ -321,3 +321,13 @@ def test_streaming_kernels_are_bandwidth_bound(gpu, nbytes, count):
     t = float(K.streaming_time_s(gpu, bytes_moved=nbytes, count=count))
     assert t >= nbytes / gpu.hbm_bandwidth_bytes_per_s
     assert t >= count * gpu.efficiency.kernel_fixed_s
+
+
+def test_a_whole_tile_count_carried_with_rounding_error_is_not_rounded_up() -> None:
+    """A row count that is a whole number of tiles in exact arithmetic can arrive 1e-12 above it (the serving
+    tables' fractional decode batches and chunks sum to the token budget); it must not cost an extra tile.
+    Until 2026-12-05 a full-budget chunk beside 7.713407983539961 decodes (Qwen3-30B-A3B, B200 tp4, a row
+    of its mixed-step table) cost 40.05 ms and beside 7.71340798 decodes 38.63 ms."""
+    whole = K._count(np.array([64.0, 4.0, 1.0]))
+    np.testing.assert_array_equal(K._count(np.array([64.0, 4.0, 1.0]) * (1 + 1e-15)), whole)
+    np.testing.assert_array_equal(K._count(np.array([64.3, 4.000001, 1.5])), [65.0, 5.0, 2.0])
