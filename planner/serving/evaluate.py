@@ -253,7 +253,7 @@ def _operating_rate(model: AggregatedModel | DisaggregatedModel, problem: Servin
         if isinstance(model, AggregatedModel):
             # saturated: the TTFT reported is the queue's, without lock-step groups (see the caller), so the
             # wait that closes Little's law over the cycle, N = λ·E[e2e], is counted against that TTFT
-            gap = float(model.stream_gap_s(st, clients)[0])
+            gap = float(model.stream_gap_s(st, clients, lockstep=False)[0])
             e2e = float(model.mean_ttft_s(st)[0]) + model.mean_decode_steps * gap
             extra = max(0.0, clients / lam - e2e)
         return lam, scv, scale, extra, False, st

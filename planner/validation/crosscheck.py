@@ -100,6 +100,9 @@ class Scenario:
     #: the simulation only: share of an aggregated worker's KV cache its admissions leave free
     #: (``simulate(kv_watermark=...)``)
     kv_watermark: float = KV_WATERMARK
+    #: the simulation only: how a disaggregated request picks its decode worker
+    #: (``simulate(decode_routing=...)``; the closed form has one law for every router)
+    decode_routing: str = "least_loaded"
 
     def problem(self, arrival: Arrival) -> ServingProblem:
         workload = Workload(input_tokens=self.input_tokens, output_tokens=self.output_tokens, arrival=arrival)
@@ -207,6 +210,47 @@ def scenario_cases(scenario: Scenario, *, fractions: Sequence[float] = POISSON_L
     if scenario.lengths == "lognormal":
         points = poisson_points(scenario, fractions) + points
     return [Case(scenario=scenario, point=p) for p in points]
+
+
+#: (prefill workers, decode workers) of the pools run, per worker of the default grid
+POOL_SIZES = ((2, 3), (3, 2))
+#: closed-loop client counts of the pools run (a pool of several workers takes more clients)
+POOL_CONCURRENCIES = (16, 64, 128)
+#: Poisson loads of the pools run
+POOL_LOAD_FRACTIONS = (0.3, 0.7, 0.9)
+
+
+def with_pools(scenario: Scenario, prefill_workers: int, decode_workers: int,
+               routing: str = "least_loaded") -> Scenario:
+    """The disaggregated ``scenario`` with pools of several workers, its simulated requests routed to a
+    decode worker by ``routing`` (``simulate(decode_routing=...)``); labelled e.g. ``"… · 2P3D least
+    loaded"``."""
+    dep = scenario.deployment
+    if not isinstance(dep, DisaggregatedDeployment):
+        raise ValueError("pools belong to a disaggregated scenario")
+    pools = dataclasses.replace(dep, prefill=dataclasses.replace(dep.prefill, workers=prefill_workers),
+                                decode=dataclasses.replace(dep.decode, workers=decode_workers))
+    label = f"{scenario.label} · {prefill_workers}P{decode_workers}D {routing.replace('_', ' ')}"
+    return dataclasses.replace(scenario, deployment=pools, label=label, decode_routing=routing)
+
+
+#: the short-prompt run: prompts and outputs of median 128 and p90 384 tokens under a budget of 8192 (many
+#: prompts per iteration), at these loads and client counts
+SHORT_PROMPT_BUDGET = 8192
+SHORT_PROMPT_LOAD_FRACTIONS = (0.3, 0.7, 0.9)
+SHORT_PROMPT_CONCURRENCIES = (16, 64, 256)
+
+
+def with_short_prompts(scenario: Scenario) -> Scenario:
+    """The aggregated chunked ``scenario`` with short lognormal prompts and outputs (median 128, p90 384
+    tokens) under a ``SHORT_PROMPT_BUDGET``-token budget: an iteration admits many prompts at once."""
+    dep = scenario.deployment
+    if not (isinstance(dep, AggregatedDeployment) and dep.chunked_prefill):
+        raise ValueError("short prompts belong to an aggregated chunked scenario")
+    short = lognormal_lengths(median=128, p90=384)
+    budget = dataclasses.replace(dep, token_budget=SHORT_PROMPT_BUDGET)
+    return dataclasses.replace(scenario, deployment=budget, input_tokens=short, output_tokens=short,
+                               lengths="lognormal", label=f"{scenario.label} · short prompts")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -458,7 +502,8 @@ def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.
     transfer = exposed_kv_transfer(problem)
     warmup = int(round(warmup_fraction * num_requests))
     runs = [simulate(problem, num_requests=num_requests, warmup_requests=warmup, seed=seed, step_time=memo,
-                     kv_transfer_s=transfer, kv_watermark=case.scenario.kv_watermark) for seed in seeds]
+                     kv_transfer_s=transfer, kv_watermark=case.scenario.kv_watermark,
+                     decode_routing=case.scenario.decode_routing) for seed in seeds]
     pooled = {m: latency_stats(np.concatenate([getattr(r, m) for r in runs])) for m in METRICS}
     dispersion, cap_share = closed_form_batch_law(problem, ev.requests_per_s)
     # the window-based rates and batches of equally long runs: their mean

@@ -22,8 +22,11 @@ Disaggregated (Splitwise, DistServe)
     longer prompt). The first token appears when the pass ends; the prompt's KV cache then moves to the
     decode pool (``kv_transfer_s``), and TTFT ends when the transfer does. The request joins the decode
     worker with the fewest running sequences (ties: lowest index) whose batch and KV cache have room,
-    else waits in a FCFS decode-admission queue. Decode workers run decode-only iterations (and, after a
-    preemption, recompute the victim's KV there with chunked prefill).
+    else waits in a FCFS decode-admission queue (``decode_routing="least_loaded"``); or, with
+    ``decode_routing="round_robin"`` (a proxy that deals requests out in turn, blind to load), the next
+    decode worker in turn, where it waits, FCFS, until that worker has room. Decode workers run
+    decode-only iterations (and, after a preemption, recompute the victim's KV there with chunked
+    prefill).
 
 A request's first token appears at the end of the iteration that completes its prefill; then it emits one
 token per iteration it decodes in until it has ``output_tokens`` tokens. Prompt tokens found in the prefix
@@ -82,6 +85,8 @@ _INV_LOG = 1.0 / _LOG
 
 _NEXT_ARRIVAL, _ARRIVAL, _ITER_END, _PREFILL_END, _TRANSFER_END = 0, 1, 2, 3, 4
 METRICS = ("ttft_s", "e2e_s", "tpot_s", "itl_s")
+#: how a disaggregated request picks its decode worker (``simulate(decode_routing=...)``)
+DECODE_ROUTINGS = ("least_loaded", "round_robin")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -275,7 +280,7 @@ def _injected_step(step_time: StepTime) -> Callable[[int, float, int, float, int
 class _Request:
     __slots__ = ("rid", "client", "issue_s", "n_in", "n_cached", "n_out", "emitted", "target", "done",
                  "decoding", "held0", "j0", "epoch", "segments", "first_token_s", "finish_s", "transfer_s",
-                 "preempted")
+                 "preempted", "route")
 
     def __init__(self, rid: int, client: int, issue_s: float, n_in: int, n_cached: int, n_out: int) -> None:
         self.rid = rid
@@ -297,6 +302,7 @@ class _Request:
         self.finish_s = math.nan
         self.transfer_s = 0.0
         self.preempted = False
+        self.route = -1  # the decode worker a round-robin router sent it to (-1: least loaded)
 
 
 class _Worker:
@@ -371,12 +377,15 @@ def _kv_capacity(ctx: CostContext, typical_context: int, pool: str) -> int:
 class _Simulation:
     def __init__(self, problem: ServingProblem, *, num_requests: int, warmup_requests: int, seed: int,
                  step_time: StepTime | None, kv_transfer_s: KvTransfer | None,
-                 kv_capacity_tokens: int | None, kv_watermark: float = 0.0) -> None:
+                 kv_capacity_tokens: int | None, kv_watermark: float = 0.0,
+                 decode_routing: str = "least_loaded") -> None:
         if num_requests < 1 or not 0 <= warmup_requests < num_requests:
             raise InvalidInput(f"need 0 <= warmup_requests < num_requests, got {warmup_requests} and "
                                f"{num_requests}", field="warmup_requests")
         self.problem = problem
         self.kv_watermark = kv_watermark
+        self.round_robin = decode_routing == "round_robin"
+        self.next_route = 0
         self.num_requests = num_requests
         self.warmup = warmup_requests
         w = problem.workload
@@ -806,10 +815,52 @@ class _Simulation:
         if r.n_out <= 1:
             self._finish(r, now)
             return
+        if self.round_robin:
+            r.route = self.next_route
+            self.next_route = (self.next_route + 1) % len(self.workers)
         self.decode_queue.append(r)
         self._admit_decode(now)
 
+    def _room_for(self, w: _Worker, r: _Request, now: float) -> bool:
+        """Has decode worker ``w`` a batch place and KV room for ``r`` (not counting the slots a run in flight
+        reserved beyond the iteration an arrival would cut it to)?"""
+        used = w.used
+        if w.bulk:
+            used -= w.run[3] * (w.run[2] - self._iterations_by(w, now))
+        return len(w.running) + len(w.pending) < w.max_batch and used + r.n_in <= w.capacity
+
+    def _join(self, w: _Worker, r: _Request, now: float) -> None:
+        """``r`` joins decode worker ``w`` at its next iteration (which starts now if it is idle)."""
+        w.pending.append(r)
+        w.used += r.n_in
+        if not w.busy:
+            self._start(w, now)
+        elif w.bulk:
+            self._interrupt(w, now)
+
+    def _admit_routed(self, now: float) -> None:
+        """Round-robin routing: each waiting request joins its own worker once that one has room; a request
+        that cannot blocks only the ones routed behind it to the same worker."""
+        q = self.decode_queue
+        blocked: set[int] = set()
+        kept: deque[_Request] = deque()
+        while q:
+            r = q.popleft()
+            w = self.workers[r.route]
+            if r.route in blocked or w.waiting or not self._room_for(w, r, now):
+                blocked.add(r.route)
+                kept.append(r)
+                continue
+            self._join(w, r, now)
+        self.decode_queue = kept
+        for i in blocked:
+            if self.workers[i].bulk:
+                self._interrupt(self.workers[i], now)
+
     def _admit_decode(self, now: float) -> None:
+        if self.round_robin:
+            self._admit_routed(now)
+            return
         q = self.decode_queue
         while q:
             r = q[0]
@@ -819,10 +870,7 @@ class _Simulation:
                 if w.waiting:
                     continue
                 n = len(w.running) + len(w.pending)
-                used = w.used
-                if w.bulk:  # slots a run in flight reserved beyond the iteration an arrival would cut it to
-                    used -= w.run[3] * (w.run[2] - self._iterations_by(w, now))
-                if n < w.max_batch and used + r.n_in <= w.capacity and (best is None or n < best_n):
+                if (best is None or n < best_n) and self._room_for(w, r, now):
                     best, best_n = w, n
             if best is None:
                 # someone waits for room: decode workers go iteration by iteration (their iteration ends
@@ -832,12 +880,7 @@ class _Simulation:
                         self._interrupt(w, now)
                 return
             q.popleft()
-            best.pending.append(r)
-            best.used += r.n_in
-            if not best.busy:
-                self._start(best, now)
-            elif best.bulk:
-                self._interrupt(best, now)
+            self._join(best, r, now)
 
     # ---- results -----------------------------------------------------------------------------------
 
@@ -951,6 +994,7 @@ def simulate(
     kv_transfer_s: KvTransfer | None = None,
     kv_capacity_tokens: int | None = None,
     kv_watermark: float = 0.0,
+    decode_routing: str = "least_loaded",
 ) -> SimulationResult:
     """Simulate ``num_requests`` requests through the deployment and measure them as a benchmark would.
 
@@ -981,6 +1025,10 @@ def simulate(
         grows into before it is preempted): vLLM's V0 block manager keeps 1 % (``watermark=0.01``,
         "to avoid frequent cache eviction"), its V1 KV-cache manager none by default (``watermark=0.0``).
         Preemption still happens only when the whole cache is full.
+    decode_routing : str
+        Disaggregated only: how a request whose KV arrived picks its decode worker: ``"least_loaded"``
+        (the worker with the fewest sequences that has room, else a shared FCFS queue) or
+        ``"round_robin"`` (the next worker in turn, whatever its load; it waits there for room).
 
     Returns
     -------
@@ -995,8 +1043,11 @@ def simulate(
     """
     if not 0.0 <= kv_watermark < 1.0:
         raise InvalidInput(f"kv_watermark must be in [0, 1), got {kv_watermark!r}", field="kv_watermark")
+    if decode_routing not in DECODE_ROUTINGS:
+        raise InvalidInput(f"decode_routing must be one of {DECODE_ROUTINGS}, got {decode_routing!r}",
+                           field="decode_routing")
     sim = _Simulation(problem, num_requests=num_requests, warmup_requests=warmup_requests, seed=seed,
                       step_time=step_time, kv_transfer_s=kv_transfer_s, kv_capacity_tokens=kv_capacity_tokens,
-                      kv_watermark=kv_watermark)
+                      kv_watermark=kv_watermark, decode_routing=decode_routing)
     sim.run()
     return sim.result()

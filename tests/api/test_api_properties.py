@@ -169,8 +169,10 @@ async def test_an_evaluation_is_consistent_or_explained(app, client_for, model, 
     """Whatever deployment and workload: a 4xx problem, or finite figures whose percentiles are ordered, whose
     end-to-end latency is at least the TTFT at every statistic, whose TTFT parts add up to its mean, whose
     utilizations are shares, and, for a closed loop, whose throughput and mean end-to-end latency keep
-    Little's law N = X·E[e2e] within 2 %. Loops of fixed lengths are left out of that check: the engine's
-    lock-step share enters their TTFT but not their throughput, a known gap (``docs/accuracy_notes.md``)."""
+    Little's law N = X·E[e2e] within 2 %. Unchunked loops of fixed lengths are left out of that check: at
+    their batch cap the curve's rate ignores that the lock-step share's streams decode without stalls
+    (X·E[e2e] down to 0.98 N; until 2026-12-05, when their gaps entered the throughput, 0.89 N at any load;
+    ``docs/accuracy_notes.md``)."""
     body = {"model": model, "deployment": deployment,
             "workload": {"input_tokens": inputs, "output_tokens": outputs, "arrival": arrival,
                          "prefix_cache_hit_fraction": hit}}
@@ -190,7 +192,9 @@ async def test_an_evaluation_is_consistent_or_explained(app, client_for, model, 
         assert out["e2e_latency_s"][stat] >= out["ttft_s"][stat] * (1 - 1e-9), stat
     assert all(0.0 <= u <= 1.0 + 1e-9 for u in out["utilization"].values()), out["utilization"]
     assert sum(out["ttft_breakdown_s"].values()) == pytest.approx(out["ttft_s"]["mean"], rel=1e-9, abs=1e-12)
-    if arrival["kind"] == "closed_loop" and out["feasible"] and not (_fixed(inputs) and _fixed(outputs)):
+    unchunked = deployment["mode"] == "aggregated" and deployment.get("chunked_prefill") is False
+    if arrival["kind"] == "closed_loop" and out["feasible"] and not (unchunked and _fixed(inputs)
+                                                                     and _fixed(outputs)):
         event("closed loop")
         little = out["requests_per_s"] * out["e2e_latency_s"]["mean"] / arrival["concurrency"]
         assert little == pytest.approx(1.0, abs=0.02), body

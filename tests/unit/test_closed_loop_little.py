@@ -74,6 +74,17 @@ BODIES = {
                      "arrival": {"kind": "closed_loop", "concurrency": 257}},
     },
 } | {
+    # unchunked, fixed lengths: the lock-step share's streams decode without stalls; until 2026-12-05 that
+    # entered the ITL law but not the throughput (X·E[e2e] / N: 0.893, 0.890 and 0.911 below)
+    f"unchunked-fixed-{isl}-{n}": {
+        "model": "meta-llama/Llama-3.1-70B",
+        "deployment": {"mode": "aggregated", "gpu": "h100-sxm", "parallelism": {"tp": 4},
+                       "chunked_prefill": False},
+        "workload": {"input_tokens": isl, "output_tokens": 16,
+                     "arrival": {"kind": "closed_loop", "concurrency": n}},
+    }
+    for isl, n in ((1000, 64), (100, 257), (4000, 8))
+} | {
     f"benchmark-disaggregated-{n}": _disaggregated(
         "meta-llama/Llama-3.1-70B", *BENCHMARK_POOLS,
         {"distribution": "lognormal", "median": 1730, "p90": 5696}, 415, n)

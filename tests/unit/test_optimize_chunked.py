@@ -333,7 +333,9 @@ def test_disaggregated_deployment_is_invalid(env, make_problem) -> None:
 
 def test_a_cell_at_its_own_limit_has_the_budgets_states_below_it(make_problem) -> None:
     """``with_row_caps``: a (budget, limit) cell's states are its budget's wherever the batch a stream sees
-    (itself and the others) is below the limit; at the limit the stream's batch stops growing."""
+    (itself and the others) leaves places for the prompts that top a chunk up; just below the limit those
+    are capped (max_num_seqs: one place left at 30 + 1 of 32), so the lane there serves no more per
+    iteration; at the limit the stream's batch stops growing."""
     problem = make_problem("8b", "lognormal", 2048, 256)
     model = AggregatedModel(problem, token_budgets=np.array([512.0, 2048.0]))
     cell = with_row_caps(model, np.array([1, 1]), np.array([32.0, 1e9]))
@@ -341,8 +343,10 @@ def test_a_cell_at_its_own_limit_has_the_budgets_states_below_it(make_problem) -
     b = np.array([4.0, 16.0, 30.0])
     ours = cell.states_at_batch(b, 0)
     theirs = model.states_at_batch(b, 1)
-    np.testing.assert_allclose(ours.rate_per_s, theirs.rate_per_s, rtol=1e-12)
+    np.testing.assert_allclose(ours.rate_per_s[:2], theirs.rate_per_s[:2], rtol=1e-12)
     np.testing.assert_allclose(ours.decode_iteration_s, theirs.decode_iteration_s, rtol=1e-12)
+    assert ours.rate_per_s[2] <= theirs.rate_per_s[2]
+    assert ours.prefill_utilization[2] >= theirs.prefill_utilization[2]
     at = cell.states_at_batch(np.array([40.0, 40.0]), np.array([0, 1]))
     assert at.decode_iteration_s[0] < at.decode_iteration_s[1]
     assert not at.stable[0] and at.stable[1]

@@ -57,9 +57,25 @@ CASES = {
     "chunked-fixed-closed-64": ("aggregated_chunked", "fixed", "N=64"),
 }
 
-#: (test id, metric, statistic) -> why the closed form misses, with the figures measured (cf vs sim); empty
-#: since the chunked fixed-length closed loops run as a train (``AggregatedModel._chunked_train``)
-KNOWN_MISSES: dict[tuple[str, str, str], str] = {}
+#: pools of several workers (``crosscheck.with_pools``: 2 prefill + 3 decode workers of the first worker),
+#: test id -> (lengths, load point label, the simulated decode router)
+POOL_CASES = {
+    "pools-poisson-0.7": ("lognormal", "ρ=0.70", "least_loaded"),
+    "pools-closed-64": ("lognormal", "N=64", "least_loaded"),
+    "pools-fixed-closed-64": ("fixed", "N=64", "least_loaded"),
+    "pools-round-robin-poisson-0.7": ("lognormal", "ρ=0.70", "round_robin"),
+    "pools-round-robin-closed-128": ("lognormal", "N=128", "round_robin"),
+}
+
+#: (test id, metric, statistic) -> why the closed form misses, with the figures measured (cf vs sim); none
+#: on the grid's cases since the chunked fixed-length closed loops run as a train
+#: (``AggregatedModel._chunked_train``)
+KNOWN_MISSES: dict[tuple[str, str, str], str] = {
+    ("pools-fixed-closed-64", "ttft_s", "p90"): (
+        "fixed-length loop on 2 prefill workers: the closed form has it space itself out with no prefill "
+        "wait (locked_prefill_wait_s, a constant 41.9 ms TTFT), which one prefill worker does in the "
+        "simulation and two only in part (2026-12-05: p90 -16.3 %, p99 -24.9 %, mean -5.3 %)"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +97,16 @@ def comparison(scenarios):
 
     def get(test_id: str) -> X.Comparison:
         if test_id not in done:
-            mode, lengths, label = CASES[test_id]
-            case = next(c for c in X.scenario_cases(scenarios[(mode, lengths)]) if c.point.label == label)
+            if test_id in POOL_CASES:
+                lengths, label, routing = POOL_CASES[test_id]
+                n_pre, n_dec = X.POOL_SIZES[0]
+                scenario = X.with_pools(scenarios[("disaggregated", lengths)], n_pre, n_dec, routing)
+                cases = X.scenario_cases(scenario, fractions=X.POOL_LOAD_FRACTIONS,
+                                         concurrencies=X.POOL_CONCURRENCIES)
+            else:
+                mode, lengths, label = CASES[test_id]
+                cases = X.scenario_cases(scenarios[(mode, lengths)])
+            case = next(c for c in cases if c.point.label == label)
             done[test_id] = X.compare(case, num_requests=NUM_REQUESTS, seeds=SEEDS, memos=memos)
         return done[test_id]
 
@@ -90,7 +114,7 @@ def comparison(scenarios):
 
 
 def _tolerance_params():
-    for test_id in CASES:
+    for test_id in [*CASES, *POOL_CASES]:
         for metric in X.METRICS:
             for statistic in X.STATISTICS:
                 reason = KNOWN_MISSES.get((test_id, metric, statistic))
@@ -100,7 +124,7 @@ def _tolerance_params():
 
 
 def test_known_misses_name_real_cases():
-    assert {k[0] for k in KNOWN_MISSES} <= set(CASES)
+    assert {k[0] for k in KNOWN_MISSES} <= set(CASES) | set(POOL_CASES)
     assert all(m in X.METRICS and s in X.STATISTICS for _, m, s in KNOWN_MISSES)
 
 
@@ -118,6 +142,23 @@ def test_closed_form_within_tolerance_of_simulation(comparison, test_id, metric,
 # --------------------------------------------------------------------------------------------------
 # the machinery
 # --------------------------------------------------------------------------------------------------
+
+
+def test_pools_are_simulated_with_their_workers_and_router(comparison, scenarios):
+    """The pools cases run the pools they name: the closed form's saturation and the simulated traffic of
+    2 prefill + 3 decode workers, requests routed as the label says."""
+    c = comparison("pools-poisson-0.7")
+    dep = c.case.problem.deployment
+    assert isinstance(dep, DisaggregatedDeployment)
+    assert (dep.prefill.workers, dep.decode.workers) == X.POOL_SIZES[0]
+    assert c.case.scenario.decode_routing == "least_loaded" and "2P3D least loaded" in c.case.name
+    assert c.simulated_requests_per_s == pytest.approx(c.case.point.arrival.rate_per_s, rel=0.03)
+    assert comparison("pools-round-robin-poisson-0.7").case.scenario.decode_routing == "round_robin"
+    # the decode pool splits the traffic: each worker's batch is a third of the pool's
+    one = comparison("disagg-poisson-0.7")
+    assert c.closed_form_decode_batch < one.closed_form_decode_batch
+    with pytest.raises(ValueError, match="disaggregated"):
+        X.with_pools(scenarios[("aggregated_chunked", "lognormal")], 2, 3)
 
 
 def test_the_simulation_sees_the_offered_load(comparison):

@@ -318,6 +318,56 @@ def test_decode_pool_balances_and_queues(make, gpu):
     assert res.requests_per_s == pytest.approx(16 / (99 * decode_s), rel=0.01)
 
 
+def test_round_robin_deals_requests_to_the_decode_workers_in_turn(make, gpu):
+    """One prefill worker of one prompt per pass and a constant transfer keep the KV arrivals in request
+    order, so the round-robin router sends request i to decode worker i mod 3, and it decodes there."""
+    dep = DisaggregatedDeployment(prefill=PoolSpec(gpu=gpu, max_batch_size=1),
+                                  decode=PoolSpec(gpu=gpu, workers=3, max_batch_size=4))
+    problem = make(arrival=poisson(20.0), deployment=dep, **lognormal_workload())
+    sim = simulator._Simulation(problem, num_requests=600, warmup_requests=50, seed=3,
+                                step_time=linear_step(), kv_transfer_s=lambda tokens: 0.002,
+                                kv_capacity_tokens=None, decode_routing="round_robin")
+    sim.run()
+    decoded = [r for r in sim.requests if r.n_out > 1]
+    assert [r.route for r in decoded] == [r.rid % 3 for r in decoded]
+    # every decode run of a request is on its routed worker (index after the one prefill worker)
+    assert all(seg[1] == 1 + r.route for r in decoded for seg in r.segments if seg[1] >= 0)
+    # max_batch_size 4 at ~20 requests/s of ~150 tokens: workers fill up, and requests wait for their own
+    assert_tokens_accounted(sim.result())
+
+
+@pytest.mark.parametrize("routing", ["least_loaded", "round_robin"])
+def test_decode_routing_keeps_full_pools_full(make, gpu, routing):
+    """40 clients on 2 decode workers of 8 slots: whichever the router, both run full batches."""
+    dep = DisaggregatedDeployment(prefill=PoolSpec(gpu=gpu, workers=2),
+                                  decode=PoolSpec(gpu=gpu, workers=2, max_batch_size=8))
+    res = simulate(make(arrival=closed(40), output_tokens=fixed_length(100), deployment=dep),
+                   num_requests=1500, warmup_requests=200, step_time=linear_step(),
+                   kv_transfer_s=lambda tokens: 0.001, decode_routing=routing)
+    assert_tokens_accounted(res)
+    assert res.mean_decode_batch == pytest.approx(8.0, rel=0.02)
+
+
+def test_round_robin_spreads_the_decode_batch_more_than_least_loaded(make, gpu):
+    """A router blind to load lets the workers' batches drift apart: the per-worker batch's variance over
+    its mean is larger than with the least-loaded router, at the same mean."""
+    dep = DisaggregatedDeployment(prefill=PoolSpec(gpu=gpu, workers=2), decode=PoolSpec(gpu=gpu, workers=3))
+    problem = make(arrival=poisson(30.0), deployment=dep, **lognormal_workload())
+    runs = {routing: simulate(problem, num_requests=4000, warmup_requests=400, step_time=linear_step(),
+                              kv_transfer_s=lambda tokens: 0.001, decode_routing=routing)
+            for routing in ("least_loaded", "round_robin")}
+    ll, rr = runs["least_loaded"], runs["round_robin"]
+    assert rr.decode_batch_time_mean == pytest.approx(ll.decode_batch_time_mean, rel=0.05)
+    assert rr.decode_batch_dispersion > 1.3 * ll.decode_batch_dispersion
+
+
+def test_unknown_decode_routing_is_refused(make, gpu):
+    dep = DisaggregatedDeployment(prefill=PoolSpec(gpu=gpu), decode=PoolSpec(gpu=gpu, workers=2))
+    with pytest.raises(InvalidInput, match="decode_routing"):
+        simulate(make(arrival=poisson(1.0), deployment=dep), num_requests=10, warmup_requests=1,
+                 step_time=linear_step(), decode_routing="random")
+
+
 # --------------------------------------------------------------------------------------------------
 # the simulator itself
 # --------------------------------------------------------------------------------------------------
@@ -332,7 +382,8 @@ def test_same_seed_same_result(make):
     assert not np.array_equal(a.ttft_s, c.ttft_s)
 
 
-@pytest.mark.parametrize("case", ["chunked", "unchunked_preempting", "disaggregated_preempting"])
+@pytest.mark.parametrize("case", ["chunked", "unchunked_preempting", "disaggregated_preempting",
+                                  "disaggregated_round_robin"])
 def test_runs_of_decode_iterations_equal_single_iterations(make, gpu, monkeypatch, case):
     """The fast path (a run of identical decode-only iterations in one event, cut short by arrivals)
     reproduces the iteration-by-iteration simulation, which a one-token context bucket forces."""
@@ -341,11 +392,14 @@ def test_runs_of_decode_iterations_equal_single_iterations(make, gpu, monkeypatc
         "unchunked_preempting": AggregatedDeployment(gpu=gpu, chunked_prefill=False, replicas=2),
         "disaggregated_preempting": DisaggregatedDeployment(prefill=PoolSpec(gpu=gpu),
                                                             decode=PoolSpec(gpu=gpu, workers=2)),
+        "disaggregated_round_robin": DisaggregatedDeployment(prefill=PoolSpec(gpu=gpu),
+                                                             decode=PoolSpec(gpu=gpu, workers=2)),
     }[case]
     capacity = None if case == "chunked" else 6000
     problem = make(arrival=poisson(6.0), deployment=deployment, hit=0.2, **lognormal_workload())
     kw = {"num_requests": 800, "warmup_requests": 50, "step_time": linear_step(),
-          "kv_capacity_tokens": capacity}
+          "kv_capacity_tokens": capacity,
+          "decode_routing": "round_robin" if case == "disaggregated_round_robin" else "least_loaded"}
     fast = simulate(problem, **kw)
     monkeypatch.setattr(simulator, "_bucket_upper_edge", lambda x: x + 0.5)
     slow = simulate(problem, **kw)
