@@ -194,6 +194,13 @@ class _Train:
     full_share: FloatArray
     last_share: FloatArray
 
+    def gaps(self) -> tuple[FloatArray, FloatArray]:
+        """(gap times (nb, 3) [s], their weights (nb, 3)) a locked stream sees: decode-only iterations, and
+        the train's full and last iterations it decodes through."""
+        q_full, q_last = self.full_share, self.last_share
+        return (np.stack([self.decode_s, self.full_s, self.last_s], axis=1),
+                np.stack([1.0 - q_full - q_last, q_full, q_last], axis=1))
+
 
 def _unit_interval(x: float) -> float:
     """``x`` clipped to [0, 1]: ``float(np.clip(x, 0, 1))`` of a scalar (NaN kept), without numpy's cost."""
@@ -561,13 +568,13 @@ class AggregatedModel:
             # the lane is busy a share r_m / (r_m + r_d) of them, less than its share u of the time (the
             # mixed iterations are the long ones), and the queue is that of the iteration count
             u_w = np.clip(r_mixed * tau_bar, 0.0, MAX_UTILIZATION) * wait_scale
-        wq = u_w / (1.0 - u_w) * (arrival_scv + self.prompt_scv) / 2.0 * service_mean
+        wq = _kingman_wait(u_w, arrival_scv, self.prompt_scv, service_mean)
         # Kingman's queue serves the prompts one after the other; the scheduler admits every waiting prompt
         # the budget holds into the next iteration. Where prompts are short against the budget, a prompt
-        # that finds the lane busy waits for the mixed iteration in progress to end (its residual), and
+        # that finds the lane busy waits for the mixed iteration in progress to end (its residual,
+        # E[τ²] / (2 E[τ]) over the mixed kinds, the weights of ``kinds_w`` as matrix–vector products), and
         # beyond it only for the token backlog the budget cannot take at once: a fluid queue of the prompt
         # tokens at the lane's full-iteration rate C / t_full (``_bulk_wait``). The smaller wait applies
-        # E[τ²] / (2 E[τ]) over the mixed kinds (the weights of ``kinds_w`` as matrix–vector products)
         sq = (full_share * t_full[:, 0] ** 2 + (1.0 - u_top) * ((t_alone * t_alone) @ wv)
               + u_top * ((t_topped * t_topped) @ wv)) / iters_per_req
         mixed_residual = sq / (2.0 * np.maximum(tau_m, 1e-300))
@@ -618,7 +625,7 @@ class AggregatedModel:
         stable = (u < MAX_UTILIZATION) & (b <= cap * (1.0 + 1e-9))
         u_c = np.clip(u, 0.0, MAX_UTILIZATION)
         u_w = u_c * wait_scale
-        wq = u_w / (1.0 - u_w) * (arrival_scv + scv_pre) / 2.0 * mean_pre
+        wq = _kingman_wait(u_w, arrival_scv, scv_pre, mean_pre)
         # a new prompt waits for the decode iteration in progress (prefills have priority over decodes)
         residual = np.where(b > 0, tau_d / 2.0, 0.0) * (1.0 - u_c) * wait_scale
         p_pre, kinds_s, kinds_w = _unchunked_stalls(broadcast_view(lam, b.shape), u_c, tau_d, t_pre, w,
@@ -706,10 +713,8 @@ class AggregatedModel:
                 and self._train_at(np.array([float(batch)]))[0]):
             return None
         phi = _unit_interval(self.problem.engine.closed_loop_coherence)
-        tr = self._chunked_train(np.array([float(batch)]), clients)
-        q_full, q_last = float(tr.full_share[0]), float(tr.last_share[0])
-        return (phi, np.array([tr.decode_s[0], tr.full_s[0], tr.last_s[0]]),
-                np.array([1.0 - q_full - q_last, q_full, q_last]))
+        values, weights = self._chunked_train(np.array([float(batch)]), clients).gaps()
+        return phi, values[0], weights[0]
 
     def _train_at(self, b: FloatArray) -> NDArray[np.bool_]:
         """Per decode batch: does a locked chunked loop run as a train (the decodes run through the prefills
@@ -856,10 +861,8 @@ class AggregatedModel:
         train = self._train_at(st.batch)
         if not np.any(train):
             return gap
-        tr = self._chunked_train(st.batch, clients)
-        q_full, q_last = tr.full_share, tr.last_share
-        locked = (1.0 - q_full - q_last) * tr.decode_s + q_full * tr.full_s + q_last * tr.last_s
-        return np.where(train, (1.0 - phi) * gap + phi * locked, gap)
+        values, weights = self._chunked_train(st.batch, clients).gaps()
+        return np.where(train, (1.0 - phi) * gap + phi * np.sum(values * weights, axis=1), gap)
 
     def saturation_rate_per_s(self, arrival_scv: float = 1.0, wait_scale: float = 1.0) -> float:
         """Largest stable per-replica arrival rate (the top of the λ(B) curve)."""
@@ -992,8 +995,14 @@ def _bulk_wait(busy: FloatArray, residual: FloatArray, token_rate: FloatArray, c
     ``mean_prompt`` tokens (Kingman, "The single server queue in heavy traffic", Proc. Cambridge Phil.
     Soc. 57, 1961)."""
     rho = np.clip(token_rate / np.maximum(capacity, 1e-300), 0.0, MAX_UTILIZATION)
-    fluid = rho / (1.0 - rho) * (arrival_scv + prompt_scv) / 2.0 * mean_prompt / np.maximum(capacity, 1e-300)
-    return busy * residual + fluid
+    return busy * residual + _kingman_wait(rho, arrival_scv, prompt_scv,
+                                           mean_prompt / np.maximum(capacity, 1e-300))
+
+
+def _kingman_wait(u: FloatArray, arrival_scv: float, service_scv: float, service_s: FloatArray) -> FloatArray:
+    """Kingman's mean wait of a G/G/1 queue at utilization ``u`` (below 1): u / (1 − u)·(c_a² + c_s²) / 2
+    times the mean service time (Kingman, Proc. Cambridge Phil. Soc. 57, 1961)."""
+    return u / (1.0 - u) * (arrival_scv + service_scv) / 2.0 * service_s
 
 
 def _phase_residual(p_mixed: FloatArray, tau_m: FloatArray, tau_d: FloatArray, front_end_s: float) -> FloatArray:
