@@ -79,7 +79,7 @@ class _Tables:
     batch: FloatArray  # (nk, nb) decode-batch grid of each row
     budget_left: FloatArray  # (nk, nb) chunk budget C(B) per token budget
     mixed_s: FloatArray  # (nk, nb, nf) iteration time at chunk = CHUNK_FRACTIONS · C(B) (unchunked: nf = 1)
-    prompt_prefill_s: FloatArray  # (nk, ni) prefill-only pass of each prompt point (unchunked)
+    prompt_prefill_s: FloatArray  # (nk, ni) prefill-only pass of each prompt point (unchunked; NaN chunked)
     #: True when all rows share the first row's grid (one model), which allows a plain binary search
     shared_grid: bool = False
     #: rows with their own grids (a stack): every row's grid points, sorted and merged (u,), and per row how
@@ -340,8 +340,14 @@ class AggregatedModel:
         seqs = np.maximum(1.0, chunk / self.mean_prompt_compute)
         mixed = dict(decode_batch=grid[None, :, None], decode_context_tokens=self.decode_context,
                      prefill_tokens=chunk, prefill_cached_tokens=cached * (chunk > 0), prefill_sequences=seqs)
-        prompt = dict(decode_batch=0.0, decode_context_tokens=0.0, prefill_tokens=self.prompt_compute,
-                      prefill_cached_tokens=np.round(self.in_values * self.hit), prefill_sequences=1.0)
+        if self.dep.chunked_prefill:
+            # chunked, a prompt is never a pass of its own (``prompt_prefill_s`` is read only unchunked): one
+            # placeholder point instead of one per prompt point (0.92 → 0.77 ms for a 248-point trace)
+            prompt = dict(decode_batch=0.0, decode_context_tokens=0.0, prefill_tokens=1.0,
+                          prefill_cached_tokens=0.0, prefill_sequences=1.0)
+        else:
+            prompt = dict(decode_batch=0.0, decode_context_tokens=0.0, prefill_tokens=self.prompt_compute,
+                          prefill_cached_tokens=np.round(self.in_values * self.hit), prefill_sequences=1.0)
         return mixed, prompt
 
     def _mean_chunk_offset(self, chunk_budget: FloatArray) -> FloatArray:
@@ -361,7 +367,9 @@ class AggregatedModel:
         nk = self.budgets.size
         budget_left = np.maximum(self.budgets[:, None] - grid[None, :], 1.0)
         shape = (nk, grid.size, self._chunk_fractions.size)
-        prompt = np.broadcast_to(prompt_prefill_s, self.prompt_compute.shape)
+        # chunked: NaN, which a reader of the unchunked prompt passes would carry into its answer visibly
+        prompt = (np.full(self.prompt_compute.shape, np.nan) if self.dep.chunked_prefill
+                  else np.broadcast_to(prompt_prefill_s, self.prompt_compute.shape))
         self.tables = _Tables(batch=np.broadcast_to(grid, (nk, grid.size)).copy(), budget_left=budget_left,
                               mixed_s=np.broadcast_to(mixed_s, shape).copy(),
                               prompt_prefill_s=np.broadcast_to(prompt, (nk, prompt.size)).copy(),
