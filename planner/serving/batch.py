@@ -55,10 +55,11 @@ E2E_POINTS = 128
 #: most prompt points the end-to-end prompt × output grid is formed from: beyond it the TTFT shifts are
 #: grouped (``group_shifts``, finer towards the long end) first. A prompt's own time is a small part of its
 #: end-to-end latency, and a 256-point trace's grid (65,536 points a row to sort) took ~4.7 ms of a ~14 ms
-#: call. 64 groups until 2026-12-06; 32 took the benchmark trace's re-binning 0.69 → ~0.35 ms, and against
-#: every prompt point kept (28 evaluations: that trace at 4 loads, open and closed, and the heavy-tailed
-#: traces of ``tests/unit/test_e2e_compression.py``) moved the e2e p50 / p90 / p99 by at most 0.05 / 0.08 /
-#: 0.02 % (64 groups: 0.02 / 0.01 / 0.01 %), against the few per cent of the re-binning itself
+#: call. 64 groups until 2026-12-06; 32 take the re-binning of a 247-point output law from 0.55 to 0.29 ms,
+#: and against every prompt point kept (28 evaluations: the benchmark's 2000-sample trace at 4 loads, open
+#: and closed, and the heavy-tailed traces of ``tests/unit/test_e2e_compression.py``) move the e2e p50 /
+#: p90 / p99 by at most 0.05 / 0.08 / 0.02 % (64 groups: 0.02 / 0.01 / 0.01 %), against the few per cent
+#: of the re-binning itself
 E2E_PROMPT_GROUPS = 32
 #: the decodes' time share lost to prefill and the decode iteration's elasticity in the batch are capped
 #: below 1 in ``batch_dispersion`` (both laws diverge there, at the stability limit), and the relative step
@@ -257,6 +258,8 @@ class OpenLoopRows:
     #: the cap [sequences], and whether the KV cache (not ``max_batch_size``) sets it
     batch_cap: float
     kv_limited: bool
+    #: unchunked, where some row's prefill lane is busy: ``AggregatedModel.shared_pass_ratio`` (else 1)
+    shared_pass: float = 1.0
 
 
 def group_shifts(shifts: FloatArray, weights: FloatArray, order: NDArray[np.intp], k: int
@@ -428,6 +431,7 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
         itl_at_slo_s=itl_at,
         cap_share=np.where(feasible, cap_share(model, b, dispersion), 0.0),
         batch_cap=model.batch_cap, kv_limited=bool(model.kv_batch_cap < dep.max_batch_size),
+        shared_pass=(model.shared_pass_ratio() if np.any(lane_busy(~feasible, util[:, 0])) else 1.0),
     )
 
 
@@ -435,6 +439,25 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
 OVERLOAD_WARNING = ("the offered load exceeds what the deployment serves in steady state: queues grow without "
                     "bound; throughput is what it serves at saturation and latencies are lower bounds, evaluated "
                     "at the stability limit")
+
+
+#: an unchunked prefill lane at least this busy (or overloaded) is warned about when two prompts' shared
+#: pass costs less than ``SHARED_PASS_WARNING`` of their two passes (``shared_pass_warning``)
+SHARED_PASS_BUSY, SHARED_PASS_WARNING = 0.5, 0.9
+
+
+def lane_busy(overloaded: NDArray[np.bool_], prefill_utilization: FloatArray) -> NDArray[np.bool_]:
+    """Rows whose unchunked prefill lane is busy enough for ``shared_pass_warning``."""
+    return overloaded | (prefill_utilization >= SHARED_PASS_BUSY)
+
+
+def shared_pass_warning(ratio: float) -> str:
+    """The warning of a busy unchunked lane whose prompts share passes well (``shared_pass_ratio``)."""
+    return ("without chunked prefill the engine prefills the prompts that wait in one pass, which the "
+            f"closed form costs one pass each: at this prompt length a pass of two costs {ratio:.2f} of two "
+            "passes, so with a busy prefill lane the closed form overstates its load and understates the "
+            "throughput it sustains (against the reference simulation, capacity 1.9x the closed form's "
+            "saturation rate at 32-token prompts, 1.05x at ~1000; docs/accuracy_notes.md)")
 
 
 def cap_warning(share: float, cap: float, kv_limited: bool) -> str:
@@ -461,9 +484,13 @@ def rows_warnings(rows: OpenLoopRows, prefix: list[str], itl_percentile: FloatAr
         at > np.where(np.isfinite(itl_target_s), itl_target_s, np.inf))
     overloaded = (~rows.feasible).tolist()
     capped = rows.cap_share >= CAP_WARNING_SHARE
+    shared = (lane_busy(~rows.feasible, rows.utilization[:, 0]) if rows.shared_pass < SHARED_PASS_WARNING
+              else np.zeros(n, dtype=bool))
     texts: dict[tuple[float, float], tuple[str, str]] = {}
-    for j in np.flatnonzero(~rows.feasible | missed | capped).tolist():
+    for j in np.flatnonzero(~rows.feasible | missed | capped | shared).tolist():
         extra = [OVERLOAD_WARNING] if overloaded[j] else []
+        if shared[j]:
+            extra.append(shared_pass_warning(rows.shared_pass))
         if capped[j]:
             extra.append(cap_warning(float(rows.cap_share[j]), rows.batch_cap, rows.kv_limited))
         if missed[j]:
@@ -491,7 +518,7 @@ def slo_columns(slo: Slo | None, n: int) -> dict[str, FloatArray]:
 def _row(rows: OpenLoopRows, i: int) -> OpenLoopRows:
     """Row ``i`` alone (what the warnings of one evaluation read)."""
     return dataclasses.replace(rows, feasible=rows.feasible[i:i + 1], itl_at_slo_s=rows.itl_at_slo_s[i:i + 1],
-                               cap_share=rows.cap_share[i:i + 1])
+                               cap_share=rows.cap_share[i:i + 1], utilization=rows.utilization[i:i + 1])
 
 
 def row_evaluation(rows: OpenLoopRows, i: int, slo: Slo | None) -> Evaluation:

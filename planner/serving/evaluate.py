@@ -34,11 +34,14 @@ from planner.serving.batch import (  # noqa: F401 (QUANTILES, TPOT_POINTS, FLUCT
     E2E_PROMPT_GROUPS,
     FLUCTUATION_Z,
     QUANTILES,
+    SHARED_PASS_WARNING,
     TPOT_POINTS,
     TPOT_Z,
     evaluate_open_loop_rows,
     group_shifts,
+    lane_busy,
     row_evaluation,
+    shared_pass_warning,
     slo_columns,
 )
 from planner.serving.disaggregated import DisaggregatedModel
@@ -404,6 +407,11 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     }
     limiting = {"prefill_lane": "prefill", "decode_batch": "decode", "kv_cache": "kv_capacity"}[
         max(util, key=lambda k: util[k])]
+    if not dep.chunked_prefill and bool(lane_busy(np.array([not feasible or saturated]),
+                                                  np.array([util["prefill_lane"]]))[0]):
+        ratio = model.shared_pass_ratio()
+        if ratio < SHARED_PASS_WARNING:
+            warnings.append(shared_pass_warning(ratio))
     own_mean = float(np.dot(model.in_weights, own))
     # the parts add up to the mean TTFT: a lock-step loop's prompts can be prefilled beside fewer decodes than
     # the mean batch's, faster than ``own_mean`` (until 2026-12-05 the parts of an unchunked 2-client loop,
