@@ -9,7 +9,8 @@ mixed GPUs and links), fixed, lognormal, sampled and binned lengths, prefix-cach
 closed-loop arrivals, engines, dtypes and SLOs; about half are refused (422/404), which is fine. An answer
 must be a 2xx or a 4xx problem, and a 200 must have: finite numbers; p50 ≤ p90 ≤ p99; every e2e statistic
 at least TTFT's; TTFT parts adding up to its mean; utilizations and the SLO share within [0, 1], goodput at
-most the throughput; Little's law within 2 % for a feasible closed loop (N = X·E[e2e]); and, for a third of
+most the throughput; Little's law within 2 % for a feasible closed loop (N = X·E[e2e]), and its warning
+exactly where it fails; and, for a third of
 the open loops, TTFT and ITL means that do not fall when the rate rises by 30 % (by more than 0.1 %: at light
 load the rest of the iteration in progress that a new prompt waits for shrinks as the prefill lane gets
 busier, and can outweigh the queue's growth by a few 0.01 %).
@@ -157,6 +158,9 @@ def check(out: dict[str, Any], body: dict[str, Any]) -> list[tuple[Any, ...]]:
     arrival = body["workload"]["arrival"]
     if arrival["kind"] == "closed_loop" and out["feasible"]:
         ratio = out["requests_per_s"] * out["e2e_latency_s"]["mean"] / arrival["concurrency"]
+        said = any(w.startswith("throughput × mean end-to-end latency is") for w in out["warnings"])
+        if said != (abs(ratio - 1.0) > LITTLE_TOLERANCE):  # evaluate warns exactly where the law fails
+            problems.append(("little warning", arrival["concurrency"], ratio, said))
         if abs(ratio - 1.0) > LITTLE_TOLERANCE:
             dep = body["deployment"]
             fixed = (dep["mode"] == "aggregated" and dep.get("chunked_prefill") is False

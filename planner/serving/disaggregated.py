@@ -340,6 +340,50 @@ class DisaggregatedModel:
             think_s=think, mean_wait_s=wait)
         return lam, wait, p_wait, values, weights, think, st
 
+    def locked_closed_loop(
+        self, clients: float, arrival_scv: float, phi: float,
+        solved: tuple[float, float, float, FloatArray, FloatArray, float, DisaggState],
+    ) -> tuple[tuple[float, float, float, FloatArray, FloatArray, float, DisaggState], float]:
+        """``closed_loop_prefill``'s answer ``solved`` redone for a fixed-length loop of which a share
+        ``phi`` of the requests keeps the locked schedule (``locked_prefill_wait_s``) and the rest sees the
+        random phases of the mean-value analysis: the throughput λ is the root of λ·E[e2e](λ) = N with
+        E[e2e] the blend, E[e2e] = Z + S + (1 − φ)·W_mva(Z) + φ·W_locked(Z), Z = Z(λ) the rest of the
+        cycle. The analysis alone closes the law at its own root λ₀; the locked share's waits are shorter,
+        so the blend's root is above it, below N / E[e2e](λ₀) (E[e2e] grows with λ). Returns (the answer at
+        that root, its locked wait). Until 2026-12-06 the blend's latencies came with λ₀: SGLang's profile
+        (share 1), two prefill workers, 8 clients of 1000/16 tokens closed at X·E[e2e] = 0.92 N."""
+        mean_s, workers = self.prefill_mean_s, self.dep.prefill.workers
+        scale = max(clients - 1.0, 0.0) / clients
+
+        def at(rate: float) -> tuple[DisaggState, float, tuple[float, float, float], float, float]:
+            st = self.steady_state(np.array([rate]), arrival_scv, scale)
+            rest = max(float(self.mean_e2e_s(st)[0]) - float(st.prefill_wait_s[0]) - mean_s, 0.0)
+            x_w_p = Q.closed_queue_mva(clients=clients, service_mean_s=mean_s, service_scv=self.prefill_scv,
+                                       servers=workers, think_s=rest)
+            locked = self.locked_prefill_wait_s(clients, rest) or 0.0
+            return st, rest, x_w_p, locked, rest + mean_s + (1.0 - phi) * x_w_p[1] + phi * locked
+
+        lam0 = solved[0]
+        e2e0 = at(lam0)[4]
+        hi = clients / e2e0 if e2e0 > 0 else lam0
+        # at most what the pools sustain (the prefill pool at ``MAX_UTILIZATION``, as the steady state's
+        # stability): a locked loop that would run faster is bound there, its locked wait the rest
+        top = min(MAX_UTILIZATION * workers / mean_s, workers / self.transfer_full_mean_s,
+                  float(self._decode_curve(scale)[1][-1])) * (1.0 - 1e-9)
+        hi = min(hi, top)
+        lam = lam0
+        if hi > lam0 and lam0 * e2e0 < clients:
+            def excess(rate: float) -> float:
+                return rate * at(rate)[4] - clients
+
+            lam = (float(optimize.brentq(excess, lam0, hi, xtol=Q.ROOT_XTOL * hi, rtol=Q.ROOT_RTOL))
+                   if excess(hi) >= 0.0 else hi)
+        st, rest, (_, wait, p_wait), locked, _ = at(lam)
+        values, weights = Q.closed_queue_wait_points(
+            clients=clients, service_mean_s=mean_s, service_scv=self.prefill_scv, servers=workers,
+            think_s=rest, mean_wait_s=wait)
+        return (lam, wait, p_wait, values, weights, rest, st), locked
+
     def locked_prefill_wait_s(self, clients: float, think_s: float) -> float | None:
         """The prefill wait of a closed loop whose clients stay phase-locked, or None when the workload can
         not lock (lengths that vary, a single client).

@@ -371,7 +371,9 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     # unique of complex numbers hashes them (~0.5 M instructions at a few thousand points)
     keys = p_w + 1j * m_w
     for regime in keys[:1] if keys.size and bool(np.all(keys == keys[0])) else np.unique(keys):
-        sel = (p_w == regime.real) & (m_w == regime.imag)
+        # (points of no weight left out: a lock-step share of 1 leaves the queued points at 0, and a group of
+        # such points alone had a mean of 0 / 0, 2026-12-06)
+        sel = (p_w == regime.real) & (m_w == regime.imag) & (in_w > 0)
         if float(np.sum(in_w[sel])) <= 0.0:
             continue
         share = float(np.sum(in_w[sel]))
@@ -476,6 +478,14 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
                  - float(np.dot(in_w, model.prefill_s)))
         locked = model.locked_prefill_wait_s(float(w.arrival.concurrency), max(think, 0.0))
     phi = float(np.clip(problem.engine.closed_loop_coherence, 0.0, 1.0)) if locked is not None else 0.0
+    if mva is not None and locked is not None and phi > 0.0:
+        # the locked share waits less: the throughput that closes Little's law over the blend
+        mva, locked = model.locked_closed_loop(float(w.arrival.concurrency), scv, phi, mva)
+        lam, st, wq = mva[0], mva[6], mva[1]
+        feasible = bool(st.stable[0]) and not overloaded
+        law_shifts = (shifts[:, None] + mva[3][None, :]).ravel()
+        law_w = (in_w[:, None] * mva[4][None, :]).ravel()
+        ttft_mean = overhead + wq + float(np.dot(in_w, model.prefill_s + model.transfer_s))
     queued_p, queued_wq = law_p, law_wq  # the random-phase regime's wait (scalars)
     if locked is not None and phi > 0.0:
         ttft_mean = (1.0 - phi) * ttft_mean + phi * (ttft_mean - wq + locked)
@@ -567,4 +577,25 @@ def _finish(problem: ServingProblem, ev: dict, shifts: FloatArray, weights: Floa
                 warnings.append(f"ITL p{slo.itl_percentile:g} is {itl_at:.3g} s, above the {slo.itl_s:g} s target")
         ev["slo_attainment_fraction"] = frac
         ev["goodput_requests_per_s"] = frac * rps
+    arrival = problem.workload.arrival
+    if arrival.kind == "closed_loop" and ev["feasible"]:
+        # a closed loop's answer must close Little's law over its clients, N = X·E[e2e]; where it does not,
+        # it says so
+        ratio = ev["requests_per_s"] * ev["e2e_latency_s"].mean / float(arrival.concurrency)
+        if abs(ratio - 1.0) > LITTLE_WARNING:
+            warnings.append(little_warning(ratio, int(arrival.concurrency),
+                                           problem.engine.closed_loop_coherence))
     return Evaluation(**ev, warnings=tuple(warnings))
+
+
+#: a closed loop's answer whose X·E[e2e] is further than this from N, relatively, carries ``little_warning``
+LITTLE_WARNING = 0.02
+
+
+def little_warning(ratio: float, clients: int, coherence: float) -> str:
+    """The warning of a closed loop whose throughput and mean end-to-end latency miss Little's law."""
+    return (f"throughput × mean end-to-end latency is {ratio:.2f} × the {clients} clients, not 1 (Little's "
+            "law): this answer is not self-consistent. Known where a fixed-length closed loop keeps its "
+            f"clients in lock step (the engine's closed_loop_coherence, {coherence:g}) and its throughput is "
+            "the random-phase one; treat the throughput and the latencies as approximate "
+            "(docs/accuracy_notes.md)")

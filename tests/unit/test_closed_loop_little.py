@@ -14,6 +14,8 @@ of rates and at single rates differed, as did those of the benchmark's loops of 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,52 @@ def test_a_disaggregated_state_does_not_depend_on_the_other_rates_asked(name: st
             if isinstance(value, np.ndarray) and value.shape == rates.shape:
                 np.testing.assert_allclose(getattr(alone, field)[0], value[i], rtol=1e-12, atol=0.0,
                                            err_msg=f"{field} at rate {rate:.6g}")
+
+
+def _said(ev) -> bool:  # noqa: ANN001
+    return any(w.startswith("throughput × mean end-to-end latency is") for w in ev.warnings)
+
+
+@pytest.mark.parametrize(("clients", "prompt", "ratio"), [(64, 1000, 0.60), (200, 1, 0.14)])
+def test_a_lock_step_loop_that_misses_littles_law_says_so(clients: int, prompt: int, ratio: float) -> None:
+    """SGLang's profile keeps every fixed-length loop in lock step (closed_loop_coherence 1, fitted on its
+    chunked rows); unchunked, the lock-step cohort's latencies are far shorter than the random-phase
+    throughput allows, and X·E[e2e] / N came to 0.60 and 0.14 when written (2026-12-06; not fixed,
+    ``docs/accuracy_notes.md``). The answer must not pass that off as consistent."""
+    body = {"model": "meta-llama/Llama-3.1-70B", "engine": "sglang",
+            "deployment": {"mode": "aggregated", "gpu": "h100-sxm", "parallelism": {"tp": 4},
+                           "chunked_prefill": False, "token_budget": 8192},
+            "workload": {"input_tokens": prompt, "output_tokens": 16,
+                         "arrival": {"kind": "closed_loop", "concurrency": clients}}}
+    ev = evaluate(_problem(body))
+    assert ev.feasible
+    assert ev.requests_per_s * ev.e2e_latency_s.mean / clients == pytest.approx(ratio, abs=0.01)
+    assert _said(ev)
+    body["deployment"]["chunked_prefill"] = True  # chunked, the same loop keeps the law, and no warning
+    ev = evaluate(_problem(body))
+    assert ev.requests_per_s * ev.e2e_latency_s.mean / clients == pytest.approx(1.0, abs=0.02)
+    assert not _said(ev)
+
+
+@pytest.mark.parametrize(("clients", "prompt"), [(4, 1000), (8, 1000), (4, 4000)])
+def test_a_locked_disaggregated_loop_closes_littles_law_over_the_blend(clients: int, prompt: int) -> None:
+    """Fixed lengths, two prefill workers, SGLang's profile (all requests keep the locked schedule): the
+    locked waits are shorter than the mean-value analysis's, and until 2026-12-06 the answer kept the
+    analysis's throughput, X·E[e2e] / N = 0.968 and 0.920 for 4 and 8 clients of 1000-token prompts
+    (``DisaggregatedModel.locked_closed_loop``). Loops the prefill pool bounds run at its stability limit
+    (4 clients of 4000-token prompts: X·E[e2e] / N = 0.995)."""
+    prefill = {"gpu": "h100-sxm", "parallelism": {"tp": 2}, "workers": 2}
+    decode = {"gpu": "h100-sxm", "parallelism": {"tp": 4}, "workers": 1}
+    body = _disaggregated("meta-llama/Llama-3.1-70B", prefill, decode, prompt, 16, clients)
+    body["engine"] = "sglang"
+    ev = evaluate(_problem(body))
+    assert ev.feasible
+    assert ev.requests_per_s * ev.e2e_latency_s.mean == pytest.approx(clients, rel=0.006)
+    assert not _said(ev)
+    # the random-phase analysis alone (no locked share), on the same loop, serves no more
+    problem = _problem(body)
+    random_phase = dataclasses.replace(problem, engine=dataclasses.replace(problem.engine,
+                                                                           closed_loop_coherence=0.0))
+    slower = evaluate(random_phase)
+    assert slower.requests_per_s * slower.e2e_latency_s.mean == pytest.approx(clients, rel=0.006)
+    assert slower.requests_per_s <= ev.requests_per_s * (1.0 + 1e-9)
