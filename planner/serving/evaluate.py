@@ -352,8 +352,12 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
         itl_w = np.concatenate([[1.0 - p_mixed], p_mixed * st.mixed_kind_weight[i] / st.mixed_kind_weight[i].sum()])
         if lock is not None and np.all(np.isfinite(lock[1])):
             # an unchunked cohort is prefilled while none of its streams decodes (they all finished together)
-            # and decodes together afterwards: its streams' gaps are decode-only iterations
-            itl_w = np.concatenate([[(1.0 - lock[0]) * itl_w[0] + lock[0]], (1.0 - lock[0]) * itl_w[1:]])
+            # and decodes together afterwards: decode-only iterations at its batch, and the wait for the
+            # cohort's later passes after a stream's first token (``AggregatedModel.cohort_gaps``)
+            assert clients_rep is not None
+            gap_v, gap_w = model.cohort_gaps(clients_rep)
+            itl_v = np.concatenate([itl_v, gap_v])
+            itl_w = np.concatenate([(1.0 - lock[0]) * itl_w, lock[0] * gap_w])
     # the decode batch fluctuates around its mean: shift every iteration kind by the decode-time change
     clients = (w.arrival.concurrency / replicas) if w.arrival.kind == "closed_loop" else None
     b_pts, b_w = batch_fluctuation(float(st.batch[i]), model.batch_cap, clients)
@@ -400,11 +404,17 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
         warnings.append(f"only {replicas} of {dep.replicas} replicas receive requests from {w.arrival.concurrency} "
                         "closed-loop clients")
     out_tps = rps * w.output_tokens.mean
-    kv_frac = float(st.batch[i]) * model.decode_context / max(
+    batch = float(st.batch[i])
+    if lock is not None and np.all(np.isfinite(lock[1])) and not dep.chunked_prefill:
+        # an unchunked cohort's decode iterations carry all its clients (the random-phase balance's batch
+        # can exceed them: 72.9 for 64 clients of Llama-3.1-8B at 512/256 tokens)
+        assert clients_rep is not None
+        batch = (1.0 - lock[0]) * batch + lock[0] * min(clients_rep, max(model.batch_cap, 1.0))
+    kv_frac = batch * model.decode_context / max(
         model.plan.kv_capacity_tokens, 1)
     util = {
         "prefill_lane": float(min(st.prefill_utilization[i], 1.0)),
-        "decode_batch": float(st.batch[i] / max(dep.max_batch_size, 1)),
+        "decode_batch": float(batch / max(dep.max_batch_size, 1)),
         "kv_cache": float(min(kv_frac, 1.0)),
     }
     limiting = {"prefill_lane": "prefill", "decode_batch": "decode", "kv_cache": "kv_capacity"}[
@@ -426,7 +436,7 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
         e2e_latency_s=_stats(e2e_mean, e2e_q), ttft_breakdown_s=breakdown, requests_per_s=rps,
         throughput_output_tokens_per_s=out_tps, throughput_output_tokens_per_s_per_gpu=out_tps / gpus,
         output_tokens_per_s_per_user=1.0 / tpot_mean if tpot_mean > 0 else 0.0, utilization=util,
-        mean_decode_batch=float(st.batch[i]), num_gpus=gpus, feasible=feasible, limiting_resource=limiting,
+        mean_decode_batch=batch, num_gpus=gpus, feasible=feasible, limiting_resource=limiting,
     )
     return _finish(problem, ev, shifts, in_w, p_w, m_w, itl_q, itl_v, itl_w, rps, warnings)
 
