@@ -194,3 +194,18 @@ def test_an_unchunked_cohorts_requests_take_its_whole_cycle() -> None:
     assert ev.requests_per_s * ev.e2e_latency_s.mean == pytest.approx(64.0, rel=0.02)
     assert ev.itl_s.p90 == pytest.approx(tau, rel=0.03)  # decode-only at the cohort's batch
     assert ev.mean_decode_batch == pytest.approx(64.0)  # its decode iterations carry its 64 clients
+
+
+def test_a_closed_loop_at_the_batch_caps_kink_is_solved_exactly() -> None:
+    """A serving-benchmark row: TensorRT-LLM, Qwen3-32B fp8 tp2, 128 clients of 1024/128 tokens on 128
+    places. The root's candidate states straddled the batch reaching its cap, and the state interpolated
+    between them had mixed iterations of 153.8 ms on average against the 148.8 ms its mean iteration
+    implies: X·E[e2e] = 1.024 N until 2026-12-06 (``aggregated._interpolation_holds``)."""
+    body = {"model": "Qwen/Qwen3-32B", "engine": "trtllm", "weight_dtype": "fp8", "kv_dtype": "fp8",
+            "deployment": {"mode": "aggregated", "gpu": "h100-sxm", "parallelism": {"tp": 2},
+                           "max_batch_size": 128, "token_budget": 8192},
+            "workload": {"input_tokens": 1024, "output_tokens": 128,
+                         "arrival": {"kind": "closed_loop", "concurrency": 128}}}
+    ev = evaluate(_problem(body))
+    assert ev.requests_per_s * ev.e2e_latency_s.mean == pytest.approx(128.0, rel=1e-6)
+    assert not _said(ev)

@@ -69,13 +69,11 @@ POOL_CASES = {
 
 #: (test id, metric, statistic) -> why the closed form misses, with the figures measured (cf vs sim); none
 #: on the grid's cases since the chunked fixed-length closed loops run as a train
-#: (``AggregatedModel._chunked_train``)
-KNOWN_MISSES: dict[tuple[str, str, str], str] = {
-    ("pools-fixed-closed-64", "ttft_s", "p90"): (
-        "fixed-length loop on 2 prefill workers: the closed form has it space itself out with no prefill "
-        "wait (locked_prefill_wait_s, a constant 41.9 ms TTFT), which one prefill worker does in the "
-        "simulation and two only in part (2026-12-05: p90 -16.3 %, p99 -24.9 %, mean -5.3 %)"),
-}
+#: (``AggregatedModel._chunked_train``). None now: "pools-fixed-closed-64"'s TTFT p90 was one (−16.3 %,
+#: 2026-12-05: the closed form has a fixed-length loop on 2 prefill workers space itself out with no wait,
+#: which two workers do only in part) until the engines' refit of 2026-12-06 moved the simulated tail
+#: (the closed form's 41.9 ms did not move): −14 %, a knife edge
+KNOWN_MISSES: dict[tuple[str, str, str], str] = {}
 
 
 @pytest.fixture(scope="module")
