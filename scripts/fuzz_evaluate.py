@@ -9,11 +9,11 @@ mixed GPUs and links), fixed, lognormal, sampled and binned lengths, prefix-cach
 closed-loop arrivals, engines, dtypes and SLOs; about half are refused (422/404), which is fine. An answer
 must be a 2xx or a 4xx problem, and a 200 must have: finite numbers; p50 ≤ p90 ≤ p99; every e2e statistic
 at least TTFT's; TTFT parts adding up to its mean; utilizations and the SLO share within [0, 1], goodput at
-most the throughput; Little's law within 2 % for a feasible closed loop (N = X·E[e2e]), and its warning
-exactly where it fails; and, for a third of
-the open loops, TTFT and ITL means that do not fall when the rate rises by 30 % (by more than 0.1 %: at light
-load the rest of the iteration in progress that a new prompt waits for shrinks as the prefill lane gets
-busier, and can outweigh the queue's growth by a few 0.01 %).
+most the throughput; Little's law within 2 % for a feasible closed loop (N = X·E[e2e]), and `evaluate`'s
+warning exactly where it fails; and, for a third of the open loops, TTFT and ITL means that do not fall when
+the rate rises by 30 % (by more than 0.1 %: at light load the rest of the iteration in progress that a new
+prompt waits for shrinks as the prefill lane gets busier, and can outweigh the queue's growth by a few
+0.01 %).
 
 Each problem is printed as one JSON line (kind, figures, body); the exit status is 1 if there was any. It
 found, on 2026-12-05, the closed loops that broke Little's law and the end-to-end percentiles below TTFT's
