@@ -101,3 +101,24 @@ def test_no_shared_pass_warning_for_an_idle_lane_or_long_prompts() -> None:
     assert not _warned(_evaluate(32, {"kind": "poisson", "rate_per_s": 10.0}))  # lane 8 % busy
     long = _evaluate(2000, {"kind": "poisson", "rate_per_s": 14.0})  # lane 58 % busy; two passes cost 0.98
     assert long.utilization["prefill_lane"] >= 0.5 and not _warned(long)
+
+
+def test_a_rate_below_the_saturation_rate_is_feasible_where_every_iteration_mixes() -> None:
+    """1-token prompts, 2-token outputs, Llama-3.1-70B tp4 on A100s: the lane is busy in every iteration
+    (u = 1 ± 1e-8 along the curve) and the state at a rate, at a batch interpolated between two curve
+    points, had u = 1.011 at 0.9 of the saturation rate and came out infeasible (2026-12-06)."""
+    body = {"model": "meta-llama/Llama-3.1-70B", "engine": "vllm",
+            "deployment": {"mode": "aggregated", "gpu": "a100-80gb-sxm", "parallelism": {"tp": 4},
+                           "token_budget": 8192},
+            "workload": {"input_tokens": 1, "output_tokens": 2,
+                         "arrival": {"kind": "poisson", "rate_per_s": 1.0}}}
+    sat = X.saturation_rate_per_s(build_problem(EvaluateRequest.model_validate(body), CATALOGS)[0])
+    ttft = []
+    for fraction in (0.6, 0.8, 0.9, 0.95, 0.99):
+        body["workload"]["arrival"]["rate_per_s"] = fraction * sat
+        ev = evaluate(build_problem(EvaluateRequest.model_validate(body), CATALOGS)[0])
+        assert ev.feasible, fraction
+        ttft.append(ev.ttft_s.mean)
+    assert all(b >= a * (1 - 1e-3) for a, b in zip(ttft, ttft[1:], strict=False))
+    body["workload"]["arrival"]["rate_per_s"] = 1.05 * sat
+    assert not evaluate(build_problem(EvaluateRequest.model_validate(body), CATALOGS)[0]).feasible
