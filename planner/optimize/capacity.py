@@ -24,7 +24,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from planner.serving import queueing as Q
-from planner.serving.aggregated import MAX_UTILIZATION, AggregatedModel, SteadyState, take_states
+from planner.serving.aggregated import (
+    MAX_UTILIZATION,
+    AggregatedModel,
+    SteadyState,
+    iteration_kinds,
+    take_states,
+)
 from planner.serving.batch import batch_dispersion, slot_wait, with_slot_wait
 from planner.serving.evaluate import FLUCTUATION_Z
 from planner.serving.types import Slo
@@ -151,28 +157,8 @@ def aggregated_latency(model: AggregatedModel, st: SteadyState, arrival_scv: flo
     u = np.minimum(st.prefill_utilization, MAX_UTILIZATION)
     wq = st.queue_wait_s
     shifts = overhead + st.residual_s[:, None] + st.own_prefill_s
-    p_mixed = np.minimum(st.mixed_iteration_rate_per_s / st.iteration_rate_per_s, 1.0)
-    kinds_w = st.mixed_kind_weight
-    if not model.dep.chunked_prefill:
-        kinds_w = kinds_w / np.sum(kinds_w, axis=1, keepdims=True)
-    kinds_s = st.mixed_kind_s
-    ni = model.in_values.size
-    # ITL kinds: the decode-only iteration, then the mixed kinds (one array each, filled in place)
-    if model.dep.chunked_prefill and kinds_s.shape[1] == 3 * ni and ni > 1:
-        # the full-chunk kinds are one iteration time (the chunk does not depend on the prompt): merge them
-        base_v = np.empty((kinds_s.shape[0], 2 * ni + 2))
-        base_v[:, 1] = kinds_s[:, 0]
-        base_v[:, 2:] = kinds_s[:, ni:]
-        base_w = np.empty_like(base_v)
-        np.multiply(p_mixed, np.sum(kinds_w[:, :ni], axis=1), out=base_w[:, 1])
-        np.multiply(p_mixed[:, None], kinds_w[:, ni:], out=base_w[:, 2:])
-    else:
-        base_v = np.empty((kinds_s.shape[0], kinds_s.shape[1] + 1))
-        base_v[:, 1:] = kinds_s
-        base_w = np.empty_like(base_v)
-        np.multiply(p_mixed[:, None], kinds_w, out=base_w[:, 1:])
-    base_v[:, 0] = st.decode_iteration_s
-    base_w[:, 0] = 1.0 - p_mixed
+    # ITL kinds: the decode-only iteration, then the mixed kinds (``aggregated.iteration_kinds``)
+    base_v, base_w = iteration_kinds(model, st)
     # the decode batch's fluctuation (size-biased, its variance from batch_dispersion), as the open-loop rows
     b = st.batch[:, None]
     rows = st.budget_index if st.budget_index.size == st.batch.size else np.zeros(st.batch.size, dtype=np.intp)

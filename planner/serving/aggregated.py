@@ -1012,6 +1012,23 @@ class AggregatedModel:
         return lam, self.steady_state(np.array([lam]), arrival_scv, scale)
 
 
+def iteration_kinds(model: AggregatedModel, st: SteadyState) -> tuple[FloatArray, FloatArray]:
+    """(iteration times (n, k) [s], their shares of a stream's gaps (n, k)) of states ``st``: the
+    decode-only iteration first, then the mixed (chunked) or stalled (unchunked) kinds. Chunked, the full
+    chunks of every prompt point are one iteration time (a full chunk does not depend on the prompt) and
+    are one atom: the same quantiles, a third fewer points to sort."""
+    p_mixed = np.minimum(st.mixed_iteration_rate_per_s / st.iteration_rate_per_s, 1.0)
+    kind_w, kind_s = st.mixed_kind_weight, st.mixed_kind_s
+    if not model.dep.chunked_prefill:
+        kind_w = kind_w / np.sum(kind_w, axis=1, keepdims=True)
+    ni = model.in_values.size
+    if model.dep.chunked_prefill and kind_s.shape[1] == 3 * ni and ni > 1:
+        kind_s = np.concatenate([kind_s[:, :1], kind_s[:, ni:]], axis=1)
+        kind_w = np.concatenate([np.sum(kind_w[:, :ni], axis=1, keepdims=True), kind_w[:, ni:]], axis=1)
+    return (np.concatenate([st.decode_iteration_s[:, None], kind_s], axis=1),
+            np.concatenate([(1.0 - p_mixed)[:, None], p_mixed[:, None] * kind_w], axis=1))
+
+
 def _interpolation_holds(st: SteadyState, tolerance: float = 1e-3) -> bool:
     """Whether an interpolated state (one row) is one: its mixed kinds' mean time is the mixed iteration
     time its mean iteration implies, τ̄ = (1 − p)·τ_d + p·τ_m, to ``tolerance`` (interpolated field by field

@@ -25,7 +25,7 @@ from scipy import special, stats
 
 from planner.errors import InvalidInput
 from planner.serving import queueing as Q
-from planner.serving.aggregated import MAX_UTILIZATION, AggregatedModel, SteadyState
+from planner.serving.aggregated import MAX_UTILIZATION, AggregatedModel, SteadyState, iteration_kinds
 from planner.serving.grids import broadcast_view
 from planner.serving.types import (
     AggregatedDeployment,
@@ -334,18 +334,7 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
     ttft_q = Q.shifted_wait_quantiles_rows(shifts, in_w, p_row, wq_f, QUANTILES)
 
     # ITL: decode-only iterations and mixed (or prefill) ones, as a stream sees them
-    p_mixed = np.minimum(st.mixed_iteration_rate_per_s / st.iteration_rate_per_s, 1.0)
-    kind_w, kind_s = st.mixed_kind_weight, st.mixed_kind_s
-    if not dep.chunked_prefill:
-        kind_w = kind_w / np.sum(kind_w, axis=1, keepdims=True)
-    ni = model.in_values.size
-    if dep.chunked_prefill and kind_s.shape[1] == 3 * ni and ni > 1:
-        # the full-chunk kinds are one iteration time (a full chunk does not depend on the prompt): one atom
-        # (the same quantiles; a third fewer points to sort, as ``capacity`` does)
-        kind_s = np.concatenate([kind_s[:, :1], kind_s[:, ni:]], axis=1)
-        kind_w = np.concatenate([np.sum(kind_w[:, :ni], axis=1, keepdims=True), kind_w[:, ni:]], axis=1)
-    itl_v = np.concatenate([st.decode_iteration_s[:, None], kind_s], axis=1)
-    itl_w = np.concatenate([(1.0 - p_mixed)[:, None], p_mixed[:, None] * kind_w], axis=1)
+    itl_v, itl_w = iteration_kinds(model, st)
     # the decode batch fluctuates around its mean (batch_dispersion, size-biased weights): every iteration
     # kind moves by the decode-time change, the steady state's mean iteration time kept
     b = st.batch

@@ -274,6 +274,17 @@ class DisaggregatedModel:
 
         return Q.root_on_curve(excess, grid, pop, clients, lam)
 
+    def _cycle_at(self, rate: float, clients: float, arrival_scv: float
+                  ) -> tuple[DisaggState, float, tuple[float, float, float]]:
+        """At throughput ``rate`` of a closed loop of ``clients``: the pools' state (queue thinned to the
+        other N − 1), the rest of a client's cycle Z besides its prefill wait and service [s], and the
+        prefill queue's mean-value analysis at that Z (throughput, mean wait, probability of waiting)."""
+        st = self.steady_state(np.array([rate]), arrival_scv, max(clients - 1.0, 0.0) / clients)
+        rest = max(float(self.mean_e2e_s(st)[0]) - float(st.prefill_wait_s[0]) - self.prefill_mean_s, 0.0)
+        return st, rest, Q.closed_queue_mva(clients=clients, service_mean_s=self.prefill_mean_s,
+                                            service_scv=self.prefill_scv, servers=self.dep.prefill.workers,
+                                            think_s=rest)
+
     def closed_loop_prefill(
         self, clients: float, arrival_scv: float, start_rate_per_s: float | None = None
     ) -> tuple[float, float, float, FloatArray, FloatArray, float, DisaggState] | None:
@@ -308,11 +319,7 @@ class DisaggregatedModel:
 
         def mva_at(rate: float) -> tuple[float, float, float, float, DisaggState]:
             if rate not in memo:
-                st = self.steady_state(np.array([rate]), arrival_scv, scale)
-                rest = max(float(self.mean_e2e_s(st)[0]) - float(st.prefill_wait_s[0]) - mean_s, 0.0)
-                x, wait, p_wait = Q.closed_queue_mva(clients=clients, service_mean_s=mean_s,
-                                                     service_scv=scv_s, servers=self.dep.prefill.workers,
-                                                     think_s=rest)
+                st, rest, (x, wait, p_wait) = self._cycle_at(rate, clients, arrival_scv)
                 memo[rate] = (x, wait, p_wait, rest, st)
             return memo[rate]
 
@@ -356,10 +363,7 @@ class DisaggregatedModel:
         scale = max(clients - 1.0, 0.0) / clients
 
         def at(rate: float) -> tuple[DisaggState, float, tuple[float, float, float], float, float]:
-            st = self.steady_state(np.array([rate]), arrival_scv, scale)
-            rest = max(float(self.mean_e2e_s(st)[0]) - float(st.prefill_wait_s[0]) - mean_s, 0.0)
-            x_w_p = Q.closed_queue_mva(clients=clients, service_mean_s=mean_s, service_scv=self.prefill_scv,
-                                       servers=workers, think_s=rest)
+            st, rest, x_w_p = self._cycle_at(rate, clients, arrival_scv)
             locked = self.locked_prefill_wait_s(clients, rest) or 0.0
             return st, rest, x_w_p, locked, rest + mean_s + (1.0 - phi) * x_w_p[1] + phi * locked
 

@@ -450,6 +450,11 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     if w.arrival.kind == "closed_loop":
         scv, scale = _closed_loop_arrivals(float(w.arrival.concurrency))
         mva = model.closed_loop_prefill(float(w.arrival.concurrency), scv)
+        locked = None if mva is None else model.locked_prefill_wait_s(float(w.arrival.concurrency), mva[5])
+        phi = float(np.clip(problem.engine.closed_loop_coherence, 0.0, 1.0)) if locked is not None else 0.0
+        if mva is not None and phi > 0.0:
+            # the locked share (below) waits less: the throughput that closes Little's law over the blend
+            mva, _ = model.locked_closed_loop(float(w.arrival.concurrency), scv, phi, mva)
     if mva is not None:
         lam, extra, overloaded, st = mva[0], 0.0, False, mva[6]
     else:  # open loops, and closed loops the decode pool or the KV link limits: the open prefill queue
@@ -488,14 +493,6 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
                  - float(np.dot(in_w, model.prefill_s)))
         locked = model.locked_prefill_wait_s(float(w.arrival.concurrency), max(think, 0.0))
     phi = float(np.clip(problem.engine.closed_loop_coherence, 0.0, 1.0)) if locked is not None else 0.0
-    if mva is not None and locked is not None and phi > 0.0:
-        # the locked share waits less: the throughput that closes Little's law over the blend
-        mva, locked = model.locked_closed_loop(float(w.arrival.concurrency), scv, phi, mva)
-        lam, st, wq = mva[0], mva[6], mva[1]
-        feasible = bool(st.stable[0]) and not overloaded
-        law_shifts = (shifts[:, None] + mva[3][None, :]).ravel()
-        law_w = (in_w[:, None] * mva[4][None, :]).ravel()
-        ttft_mean = overhead + wq + float(np.dot(in_w, model.prefill_s + model.transfer_s))
     queued_p, queued_wq = law_p, law_wq  # the random-phase regime's wait (scalars)
     if locked is not None and phi > 0.0:
         ttft_mean = (1.0 - phi) * ttft_mean + phi * (ttft_mean - wq + locked)

@@ -137,8 +137,9 @@ def ggc_wait_array(
     if lam.size == 1 and np.size(service_mean_s) == 1:
         # one queue: the scalar formulas (~10 µs; the array path's handling costs ~80 µs, and a closed
         # loop's root asks for a dozen of these one at a time), the same values to the last few bits
-        wq1, p1 = _ggc_wait_one(float(lam.flat[0]), max(1, int(round(servers))),
-                                float(np.asarray(service_mean_s).flat[0]), service_scv, arrival_scv)
+        wq1, p1, _ = ggc_wait(arrival_rate_per_s=float(lam.flat[0]), servers=max(1, int(round(servers))),
+                              service_mean_s=float(np.asarray(service_mean_s).flat[0]),
+                              service_scv=service_scv, arrival_scv=arrival_scv)
         return np.full(lam.shape, wq1), np.full(lam.shape, p1)
     c = float(max(1, int(round(servers))))
     s = np.broadcast_to(np.asarray(service_mean_s, dtype=np.float64), lam.shape)
@@ -148,18 +149,6 @@ def ggc_wait_array(
     spare = c / s_safe - lam
     wq = np.where(spare > 0, p_wait / np.where(spare > 0, spare, 1.0) * (arrival_scv + service_scv) / 2.0, np.inf)
     return np.where((lam > 0) & serves, wq, 0.0), p_wait
-
-
-def _ggc_wait_one(lam: float, c: int, s: float, service_scv: float, arrival_scv: float
-                  ) -> tuple[float, float]:
-    """:func:`ggc_wait_array` of one arrival rate ``lam`` and service mean ``s`` at ``c`` servers."""
-    if s <= 0.0:
-        return 0.0, 0.0
-    p_wait = erlang_c(c, lam * s)
-    if lam <= 0.0:
-        return 0.0, p_wait
-    spare = c / s - lam
-    return (p_wait / spare * (arrival_scv + service_scv) / 2.0 if spare > 0 else math.inf), p_wait
 
 
 def quantiles_of_shifted_wait(
