@@ -1,8 +1,11 @@
 """Answer-preserving fast paths (2026-12-06): ``queueing.ggc_wait_array`` of a single queue takes the scalar
 formulas, and an open loop's λ(B) curve keeps brief states (``AggregatedModel._at_batch(brief=True)``). Both
-must give what the general paths give."""
+must give what the general paths give. An open loop's curve on a long empirical law is computed on grouped
+prompt points (2026-12-07), which must keep the answers to a fraction of a percent."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ from planner.serving import aggregated as A
 from planner.serving import queueing as Q
 from planner.serving.evaluate import evaluate
 from planner.serving.types import ServingProblem
+from planner.serving.workload import sampled_lengths
 from planner.validation import crosscheck as X
 
 RNG = np.random.default_rng(11)
@@ -87,3 +91,45 @@ def test_a_closed_loop_keeps_whole_curve_states() -> None:
     entry = model.__dict__["_curve_cache"][scale]
     assert entry[4] is False and entry[3].own_prefill_s.shape[1] > 0
     assert ev.requests_per_s > 0
+
+
+def _trace_problem(budget: int) -> ServingProblem:
+    """Llama-3.1-8B on an H100, Poisson arrivals, a trace of 2000 lognormal prompt and output samples."""
+    base = _case("poisson")
+    rng = np.random.default_rng(3)
+    prompts = sampled_lengths(np.clip(rng.lognormal(7.0, 1.1, 2000), 4, 20000).astype(int).tolist())
+    outputs = sampled_lengths(np.clip(rng.lognormal(5.0, 0.8, 2000), 2, 3000).astype(int).tolist())
+    dep = dataclasses.replace(base.deployment, token_budget=budget)
+    wl = dataclasses.replace(base.workload, input_tokens=prompts, output_tokens=outputs)
+    return dataclasses.replace(base, deployment=dep, workload=wl)
+
+
+@pytest.mark.parametrize("budget", [2048, 8192])
+def test_an_open_loops_curve_on_a_grouped_trace_keeps_its_answers(budget: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The brief curve of a long empirical law is computed on ``CURVE_PROMPT_POINTS`` grouped points: the
+    saturation rate and the answers at rates up to 0.95 of it stay those of the curve on every point."""
+    problem = _trace_problem(budget)
+    assert problem.workload.input_tokens.values.size > A.CURVE_PROMPT_POINTS
+    coarse = A.AggregatedModel(problem)._curve_model()
+    assert coarse.prompt_compute.size <= A.CURVE_PROMPT_POINTS
+    assert coarse.mean_prompt_compute == pytest.approx(float(coarse.prompt_compute @ coarse.in_weights),
+                                                       rel=1e-12)
+    sat = A.AggregatedModel(problem).saturation_rate_per_s()
+    answers = [evaluate(_at_rate(problem, f * sat)) for f in (0.3, 0.7, 0.95)]
+    monkeypatch.setattr(A, "CURVE_PROMPT_POINTS", 10**9)
+    assert A.AggregatedModel(problem)._curve_model().prompt_compute.size == coarse.in_values.size
+    assert sat == pytest.approx(A.AggregatedModel(problem).saturation_rate_per_s(), rel=5e-4)
+    for f, got in zip((0.3, 0.7, 0.95), answers, strict=True):
+        ref = evaluate(_at_rate(problem, f * sat))
+        assert got.feasible and ref.feasible
+        for name in ("ttft_s", "itl_s", "e2e_latency_s"):
+            a, r = getattr(got, name), getattr(ref, name)
+            for q in ("mean", "p90", "p99"):
+                assert getattr(a, q) == pytest.approx(getattr(r, q), rel=5e-3), (f, name, q)
+        assert got.mean_decode_batch == pytest.approx(ref.mean_decode_batch, rel=5e-3)
+
+
+def _at_rate(problem: ServingProblem, rate: float) -> ServingProblem:
+    arrival = dataclasses.replace(problem.workload.arrival, rate_per_s=rate)
+    return dataclasses.replace(problem, workload=dataclasses.replace(problem.workload, arrival=arrival))
