@@ -170,6 +170,18 @@ def _disaggregated_70b(arrival: dict) -> dict:
     }
 
 
+def _unchunked_32b(arrival: dict) -> dict:
+    """Qwen3-32B tp2 on an H100 pair without chunked prefill (budget 8192), lognormal lengths."""
+    return {
+        "model": "Qwen/Qwen3-32B",
+        "deployment": {"mode": "aggregated", "gpu": "h100-sxm", "parallelism": {"tp": 2},
+                       "chunked_prefill": False, "token_budget": 8192},
+        "workload": {"input_tokens": {"distribution": "lognormal", "median": 1000, "p90": 3000},
+                     "output_tokens": {"distribution": "lognormal", "median": 150, "p90": 450},
+                     "arrival": arrival},
+    }
+
+
 EVALUATE_BODIES = {
     "aggregated, closed loop 64, fixed 4000/500, Llama-3.1-8B tp1": {
         "model": "meta-llama/Llama-3.1-8B",
@@ -184,14 +196,8 @@ EVALUATE_BODIES = {
                      "output_tokens": {"distribution": "lognormal", "median": 300, "p90": 900},
                      "arrival": {"kind": "poisson", "rate_per_s": 8.0}},
     },
-    "aggregated unchunked, closed loop 64, lognormal lengths, Qwen3-32B tp2": {
-        "model": "Qwen/Qwen3-32B",
-        "deployment": {"mode": "aggregated", "gpu": "h100-sxm", "parallelism": {"tp": 2},
-                       "chunked_prefill": False, "token_budget": 8192},
-        "workload": {"input_tokens": {"distribution": "lognormal", "median": 1000, "p90": 3000},
-                     "output_tokens": {"distribution": "lognormal", "median": 150, "p90": 450},
-                     "arrival": {"kind": "closed_loop", "concurrency": 64}},
-    },
+    "aggregated unchunked, closed loop 64, lognormal lengths, Qwen3-32B tp2":
+        _unchunked_32b({"kind": "closed_loop", "concurrency": 64}),
     "disaggregated 2×tp2 + 1×tp4, Poisson 4/s, Llama-3.1-70B":
         _disaggregated_70b({"kind": "poisson", "rate_per_s": 4.0}),
     "disaggregated 2×tp2 + 1×tp4, closed loop 64, lognormal lengths, Llama-3.1-70B":
@@ -203,6 +209,8 @@ EVALUATE_BODIES = {
         "workload": {"input_tokens": {"samples": TRACE_PROMPTS}, "output_tokens": {"samples": TRACE_OUTPUTS},
                      "arrival": {"kind": "poisson", "rate_per_s": 3.0}},
     },
+    "aggregated unchunked, Poisson 4/s, lognormal lengths, Qwen3-32B tp2":
+        _unchunked_32b({"kind": "poisson", "rate_per_s": 4.0}),
 }
 
 

@@ -419,7 +419,8 @@ READINGS = (
     the what-if rows warn above 0.1 % that the TTFT tail there is not modelled
     (`tests/unit/test_batch_cap.py`). Llama-3.1-8B at ρ = 0.9, capped by max_batch_size (256): the closed form
     says 0.13 % (chunked; simulated 0.08 %) and 0.52 % (unchunked; simulated 0.09 %, whose batch is 119
-    against the closed form's 136: see *Unchunked at ρ = 0.9* below), so that warning comes early there. **The
+    against the closed form's 136 then; 114 against 120 since the shared passes of 2026-12-07, *Unchunked
+    Poisson* below), so that warning comes early there. **The
     KV admission watermark (2026-12-02; 48 → 50 groups).** Until this date the simulated scheduler admitted
     requests up to a full cache; a request admitted into a nearly full one was preempted as soon as the
     running ones grew, recomputed its prompt in a prefill pass that stalled every stream, and was admitted and
@@ -485,30 +486,29 @@ READINGS = (
     Unchunked ITL p99 at N = 64: Llama-3.1-8B −30 % → −1 %, Qwen3-32B −28 % → −11 %. The serving
     benchmarks barely move (dense aggregated TTFT median 19.3 % unchanged, TPOT 6.5 → 6.8 %, vLLM in-sample
     TTFT 27.6 → 28.5 %): their fixed-length loops are mostly lock-step and their TPOT mostly decode.""",
-    """- **Unchunked at ρ = 0.9, Llama-3.1-8B: ITL p90 +26 %, mean +11 %.** The simulated decode batch is
-    111–119 against the closed form's 136, because its prefill lane is busy 49.8 % of the time against the
-    closed form's 52.3 % at the same rate (20000 requests, seed 0): the scheduler prefills every waiting
-    prompt in one pass, and one pass of several prompts costs less than their passes one by one (the cost
-    model: 13 % less per extra 1000-token prompt, 55 % per 300-token prompt, where the weights' reads are
-    shared). At this load most prefill passes carry more than one prompt, and 1 / (1 − u) magnifies the
-    difference into the gaps. Not modelled: the stall's work is the sum of its prompts' single passes.
-    Tried (2026-12-01) and reverted: passes sharing their fixed part (f = 2·t(one) − t(two) per prompt
-    point, the passes of a stall's busy period followed in expectation, a prompt's own pass holding the
-    others' parts). It fixed this case (ITL p90 +26 → +10 %, mean +11 → +2 %) and moved the moderate-load
-    TTFT means from −2 … −6 % to +1 … +4 %, but it raised Qwen3-32B's saturation rate by 3 %, and that one
-    was already past the simulation's: the simulated queue blows up between 7.9 and 8.1 requests/s (TTFT
-    p99 2.1 s, then 6.8 s) where the closed form puts the saturation at 8.7 (8.9 with the sharing), so its
-    ρ = 0.9 point moved into the blow-up (46 groups instead of 47). What ended Qwen3-32B's unchunked
-    capacity early was the preemption cascade of admissions without KV headroom (the Qwen3-32B paragraph
-    above). With the grid's 1 % watermark the simulation no longer blows up there, but the point the
-    sharing would move to, 7.97 requests/s, still has a tail made of KV-blocking episodes (2026-12-02, three
-    36000-request replications: blocked 2.6 / 2.1 / 1.2 % of the time, TTFT mean 299 / 256 / 242 ms, p99
-    3.3 / 1.3 / 1.0 s, no preemption; 8.2 requests/s: blocked 3.6–6.8 %, p99 2.2–5.7 s), which the closed
-    form does not model: the sharing would still trade this case for Qwen3-32B's unchunked p99. Since the
-    engines' host times were refitted (2026-12-02, later; vLLM's 52 µs per running sequence lengthens
-    every iteration with the batch, which damps its growth) this point sits at 13.4 requests/s with a batch
-    of 115 against the simulation's 106, and its ITL p90 is +15.8 % over twelve replications (79.8
-    against 68.9 ms; +15.3 % over three; mean +4 %): just outside, from +25 %.""",
+    """- **Unchunked Poisson: the prefill lane's shared passes (2026-12-07; 51 → 52 groups).** The scheduler
+    prefills every prompt that waits in one pass, and a pass of several prompts costs less than their passes
+    one by one (the cost model, Llama-3.1-8B on an H100: two 32-token prompts 0.51 of two passes, two
+    1000-token ones 0.95); the closed form costed each its own pass and queued the prompts one after the
+    other (Kingman). Its lane was too busy (Llama-3.1-8B at ρ = 0.9: 52.3 % against the simulation's
+    49.8 %, batch 115 against 106, ITL p90 +16 %), and its TTFT was light by the time a prompt's pass
+    takes for the others in it (means −2 … −10 %, hidden at the mean by the queue of the overstated load).
+    Now (`aggregated._shared_lane`): a stall's first pass holds the prompts of the decode iteration before
+    it, at E[t_pre]·T(N)/T(1), T(n) the cost model's pass of n prompts of the mean length; the passes
+    after it take the prompts that arrived during the one before, k = g(λ·T(k)), g(x) = x / (1 − e^{−x}),
+    and stretch it as a busy period of load λ·T(k)/k; the lane is busy E[S] / (τ_d + E[S]) of the time.
+    A prompt waits for the iteration in progress (the rest of a pass, busy) and rides the next pass with
+    every prompt of its iteration, T(1 + c) − T(1) more than its own prefill. Llama-3.1-8B at ρ = 0.9:
+    batch 120 against 114, ITL mean +0 %, p90 +10 %; Qwen3-32B at ρ = 0.9: batch 107 against 107 (was 103
+    against 93), ITL mean −5 %; Qwen3-32B at ρ = 0.7, whose ITL p90 was −17 % at the foot of the stalls'
+    jump, −4 %. TTFT means within 1 % at every load up to ρ = 0.7 (they were −2 … −8 %), p99 within 6 %
+    (were −10 … −14 %). Left: Qwen3-32B at ρ = 0.9, now 7.26 requests/s (the saturation rate rose from
+    7.83 to 8.07; the simulation serves 8.41 offered twice it), TTFT mean −12 % and p99 −24.5 %, the
+    latter inside the tolerance by half a point: the simulated tail is the KV-blocking episodes of the
+    chunked ρ = 0.9 paragraph (at cap 1.34 % of the time against the closed form's 0.48 %; the replications' p99 spread
+    197 %), as the sharing tried and reverted on 2026-12-01 predicted. A closed loop's lane still costs
+    each prompt its own pass (its stall law counts the returns per decode end; `evaluate` warns where that
+    matters, `batch.shared_pass_warning`).""",
     """- **Chunked closed loops of lognormal lengths: the residual iteration at the front end's phase
     (2026-12-02; 50 → 51 groups).** Every chunked closed loop's TTFT p90 and p99 were under the
     simulation's (−4 … −15 %), Qwen3-32B at N = 64 just outside the tolerance (p90 −15.1 %). A request
@@ -548,15 +548,6 @@ READINGS = (
     −6 %, p90 +7 → −2 %, p99 +25 → −0.5 %; Llama-3.1-8B N = 64: p90 −4 → −10 %, p99 +8 → −6 %; the N = 4
     and 16 loops move by under 1 %, and the fixed-length loops (lock-step) and the serving benchmarks
     (posed as chunked) not at all (`tests/unit/test_shared_pass_wait.py`).""",
-    """- **Unchunked Poisson, Qwen3-32B at ρ = 0.7: ITL p90 −18 % (42.9 against 52.2 ms) is a quantile read
-    where the distribution has almost no mass.** 89 % of a stream's gaps are decode-only iterations
-    (~20 ms), the rest stalled by a prefill (from ~45 ms): the simulated gaps' q0.88, q0.90 and q0.92 are
-    24.1, 52.2 and 63.2 ms. Both sides put the same mass above the jump (2026-12-02, two 4000-request
-    replications against the law without the batch's fluctuation): P(gap > 30 ms) 0.1127 against 0.1094,
-    P(gap > 50 ms) 0.1011 against 0.0981, P(gap > 80 ms) 0.0646 against 0.0676, and the stall lengths
-    agree (simulated q0.1 / q0.5 / q0.9: 24.5 / 74 / 329 ms; closed form 21.9 / 82 / 359 ms). A probability
-    3 thousandths lower moves the p90 from the stalled side of the jump to its foot. Not a mechanism
-    missing; the quantile is ill-conditioned there, and it is left as a miss.""",
     """- **Chunked fixed-length closed loop, Qwen3-32B N = 4: TTFT mean +15.2 % (126 against 109 ms; out
     since the host-time refit of 2026-12-02, +14.8 % before).** Four 512-token prompts fill a 2048-token
     budget to within the decodes beside them, so the train's packing is on a knife edge: the closed form

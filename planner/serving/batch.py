@@ -258,8 +258,6 @@ class OpenLoopRows:
     #: the cap [sequences], and whether the KV cache (not ``max_batch_size``) sets it
     batch_cap: float
     kv_limited: bool
-    #: unchunked, where some row's prefill lane is busy: ``AggregatedModel.shared_pass_ratio`` (else 1)
-    shared_pass: float = 1.0
 
 
 def group_shifts(shifts: FloatArray, weights: FloatArray, order: NDArray[np.intp], k: int
@@ -420,7 +418,6 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
         itl_at_slo_s=itl_at,
         cap_share=np.where(feasible, cap_share(model, b, dispersion), 0.0),
         batch_cap=model.batch_cap, kv_limited=bool(model.kv_batch_cap < dep.max_batch_size),
-        shared_pass=(model.shared_pass_ratio() if np.any(lane_busy(~feasible, util[:, 0])) else 1.0),
     )
 
 
@@ -430,8 +427,9 @@ OVERLOAD_WARNING = ("the offered load exceeds what the deployment serves in stea
                     "at the stability limit")
 
 
-#: an unchunked prefill lane at least this busy (or overloaded) is warned about when two prompts' shared
-#: pass costs less than ``SHARED_PASS_WARNING`` of their two passes (``shared_pass_warning``)
+#: a closed loop's unchunked prefill lane at least this busy (or overloaded) is warned about when two
+#: prompts' shared pass costs less than ``SHARED_PASS_WARNING`` of their two passes (``shared_pass_warning``;
+#: an open loop's lane shares its passes in the closed form, ``aggregated._shared_lane``)
 SHARED_PASS_BUSY, SHARED_PASS_WARNING = 0.5, 0.9
 
 
@@ -441,12 +439,13 @@ def lane_busy(overloaded: NDArray[np.bool_], prefill_utilization: FloatArray) ->
 
 
 def shared_pass_warning(ratio: float) -> str:
-    """The warning of a busy unchunked lane whose prompts share passes well (``shared_pass_ratio``)."""
+    """The warning of a closed loop's busy unchunked lane whose prompts share passes well
+    (``shared_pass_ratio``)."""
     return ("without chunked prefill the engine prefills the prompts that wait in one pass, which the "
-            f"closed form costs one pass each: at this prompt length a pass of two costs {ratio:.2f} of two "
-            "passes, so with a busy prefill lane the closed form overstates its load and understates the "
-            "throughput it sustains (against the reference simulation, capacity 1.9x the closed form's "
-            "saturation rate at 32-token prompts, 1.05x at ~1000; docs/accuracy_notes.md)")
+            f"closed form costs one pass each in a closed loop: at this prompt length a pass of two costs "
+            f"{ratio:.2f} of two passes, so with a busy prefill lane the closed form overstates its load and "
+            "understates the throughput it sustains (open loops share their passes in the closed form; "
+            "docs/accuracy_notes.md)")
 
 
 def cap_warning(share: float, cap: float, kv_limited: bool) -> str:
@@ -473,13 +472,9 @@ def rows_warnings(rows: OpenLoopRows, prefix: list[str], itl_percentile: FloatAr
         at > np.where(np.isfinite(itl_target_s), itl_target_s, np.inf))
     overloaded = (~rows.feasible).tolist()
     capped = rows.cap_share >= CAP_WARNING_SHARE
-    shared = (lane_busy(~rows.feasible, rows.utilization[:, 0]) if rows.shared_pass < SHARED_PASS_WARNING
-              else np.zeros(n, dtype=bool))
     texts: dict[tuple[float, float], tuple[str, str]] = {}
-    for j in np.flatnonzero(~rows.feasible | missed | capped | shared).tolist():
+    for j in np.flatnonzero(~rows.feasible | missed | capped).tolist():
         extra = [OVERLOAD_WARNING] if overloaded[j] else []
-        if shared[j]:
-            extra.append(shared_pass_warning(rows.shared_pass))
         if capped[j]:
             extra.append(cap_warning(float(rows.cap_share[j]), rows.batch_cap, rows.kv_limited))
         if missed[j]:

@@ -419,8 +419,8 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     }
     limiting = {"prefill_lane": "prefill", "decode_batch": "decode", "kv_cache": "kv_capacity"}[
         max(util, key=lambda k: util[k])]
-    if not dep.chunked_prefill and bool(lane_busy(np.array([not feasible or saturated]),
-                                                  np.array([util["prefill_lane"]]))[0]):
+    busy = bool(lane_busy(np.array([not feasible or saturated]), np.array([util["prefill_lane"]]))[0])
+    if not dep.chunked_prefill and model.closed_loop and busy:
         ratio = model.shared_pass_ratio()
         if ratio < SHARED_PASS_WARNING:
             warnings.append(shared_pass_warning(ratio))

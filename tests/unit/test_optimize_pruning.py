@@ -119,7 +119,8 @@ def test_merged_grid_cells_are_those_of_comparing_with_every_point() -> None:
     nk, nb = batch.shape
     grid, count = _Tables.merged(batch)
     z = np.zeros((nk, nb, CHUNK_FRACTIONS.size))
-    plain = _Tables(batch=batch, budget_left=z[:, :, 0], mixed_s=z, prompt_prefill_s=z[:, :1, 0])
+    plain = _Tables(batch=batch, budget_left=z[:, :, 0], mixed_s=z, prompt_prefill_s=z[:, :1, 0],
+                    pass_saving_s=z[:, :1, 0])
     fast = dataclasses.replace(plain, merged_grid=grid, merged_count=count)
     b = np.concatenate([rng.uniform(0.0, 1100.0, 3000), batch.ravel(), np.nextafter(batch.ravel(), -1.0),
                         [-1.0, np.nan, 2000.0]])
