@@ -781,7 +781,8 @@ class AggregatedModel:
             lam_v = broadcast_view(lam, b.shape)
             t_e = np.where(lam_v > 0, u_e * k_e / np.where(lam_v > 0, lam_v, 1.0), mean_pre)
             pass_sq = t_e * t_e + k_e * np.maximum(scv_pre, 0.0) * mean_pre**2
-            riders = lam_v * wait_scale * ((1.0 - u_c) * tau_d + u_c * pass_sq / np.maximum(t_e, 1e-300))
+            window = (1.0 - u_c) * tau_d + u_c * pass_sq / np.maximum(t_e, 1e-300)
+            riders = _co_arrivals(lam_v * wait_scale, window, arrival_scv)
             rider_work = riders * mean_pre - _pass_saving(1.0 + riders, saving)[0]
             wq = np.where(u_c < MAX_UTILIZATION, u_w * pass_sq / (2.0 * np.maximum(t_e, 1e-300))
                           * (1.0 + arrival_scv) / 2.0 + np.maximum(rider_work, 0.0), wq)
@@ -1288,6 +1289,28 @@ _STALL_MASS = np.diff(STALL_BIN_EDGES)
 #: n = 0 … MAX_STALL_PROMPTS and log n!: the Poisson weights p_0 … p_12 of a stall's prompt count
 _STALL_N = np.arange(0.0, MAX_STALL_PROMPTS + 1.0)[None, :]
 _STALL_LOG_FACTORIAL = special.gammaln(_STALL_N + 1.0)
+
+
+#: renewal terms of ``_co_arrivals`` (the n-th later arrival within the half window, n = 1 … this)
+CO_ARRIVAL_TERMS = 64
+_CO_ARRIVAL_N = np.arange(1.0, CO_ARRIVAL_TERMS + 1.0)
+
+
+def _co_arrivals(lam: FloatArray, window: FloatArray, arrival_scv: float) -> FloatArray:
+    """Expected other arrivals in the window of length ``window`` around an arrival, half before and half
+    after it: λ·W for Poisson arrivals; for regular gamma inter-arrival times of squared CV c² < 1 (shape
+    k = 1/c²), twice the renewal function at W/2, m(t) = Σ_n P(Gamma(n·k, 1/(λk)) ≤ t) (Cox, "Renewal
+    Theory", 1962, Sec. 4.1): regular arrivals (c² < 1) rarely come within one iteration of each other
+    (Llama-3.1-8B unchunked at 0.8 of saturation, c = 0.5: TTFT mean +15 % against the simulation with
+    λ·W, −2 % with this). Bursty ones (c² > 1) keep λ·W: their clumps put many more prompts in a pass,
+    but as a wait of the lane's busy share that tail was twice the simulation's at the p99 (c = 2:
+    +131 %), where λ·W under-predicts the mean instead (−24 … −26 %; so did Kingman's queue before,
+    −20 … −24 %)."""
+    if arrival_scv >= 1.0 - 1e-12:
+        return lam * window
+    k = 1.0 / max(arrival_scv, 1e-6)
+    x = (lam * k * window / 2.0)[:, None]
+    return 2.0 * np.add.reduce(special.gammainc(_CO_ARRIVAL_N[None, :] * k, x), axis=1)
 
 
 def _stall_counts(a: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:

@@ -127,3 +127,35 @@ def test_a_pass_of_a_concave_law_costs_more_than_nothing() -> None:
     assert np.all(st.mixed_kind_s > 0) and np.all(st.mixed_kind_weight >= 0)
     ev = evaluate(problem)
     assert 0 < ev.itl_s.mean < 1.0 and np.isfinite(ev.itl_s.p99)
+
+
+def test_co_arrivals_of_regular_arrivals() -> None:
+    """λ·W for Poisson (and bursty) arrivals; the renewal function of regular ones, continuous at c² = 1,
+    below λ·W for c² < 1 and ~0 for nearly deterministic arrivals in a short window."""
+    lam, win = np.array([8.0, 8.0, 50.0]), np.array([0.025, 0.2, 0.05])
+    np.testing.assert_allclose(A._co_arrivals(lam, win, 1.0), lam * win)
+    np.testing.assert_allclose(A._co_arrivals(lam, win, 4.0), lam * win)
+    np.testing.assert_allclose(A._co_arrivals(lam, win, 0.999), lam * win, rtol=2e-3)
+    smooth = A._co_arrivals(lam, win, 0.25)
+    assert np.all(smooth < lam * win) and smooth[0] < 0.01 * lam[0] * win[0]
+
+
+def test_regular_arrivals_wait_as_the_simulation_says() -> None:
+    """Llama-3.1-8B unchunked, the grid's lognormal lengths, gamma arrivals of CV 0.5 at 0.8 of saturation:
+    with λ·W co-arrivals the TTFT mean was +15 % and its p90 +27 % against the simulation (2026-12-07)."""
+    from planner.serving.evaluate import evaluate
+    from planner.serving.workload import Arrival
+    from planner.validation.simulator import simulate
+
+    workers = X.default_workers(load_model_catalog(), load_catalog())
+    scenario = next(s for s in X.default_scenarios(workers[:1], find_engine("vllm"))
+                    if s.mode == "aggregated_unchunked" and s.lengths == "lognormal")
+    base = X.scenario_cases(scenario)[0].problem
+    rate = 0.8 * X.saturation_rate_per_s(base)
+    p = dataclasses.replace(base, workload=dataclasses.replace(
+        base.workload, arrival=Arrival(kind="gamma", rate_per_s=rate, cv=0.5)))
+    ev = evaluate(p)
+    sim = simulate(p, num_requests=8000, warmup_requests=1000, seed=0,
+                   step_time=X.StepTimeMemos().for_problem(p), kv_watermark=X.KV_WATERMARK)
+    assert ev.ttft_s.mean == pytest.approx(float(np.mean(sim.ttft_s)), rel=0.08)
+    assert ev.ttft_s.p90 == pytest.approx(float(np.quantile(sim.ttft_s, 0.9)), rel=0.10)
