@@ -419,7 +419,7 @@ READINGS = (
     the what-if rows warn above 0.1 % that the TTFT tail there is not modelled
     (`tests/unit/test_batch_cap.py`). Llama-3.1-8B at ρ = 0.9, capped by max_batch_size (256): the closed form
     says 0.13 % (chunked; simulated 0.08 %) and 0.52 % (unchunked; simulated 0.09 %, whose batch is 119
-    against the closed form's 136 then; 114 against 120 since the shared passes of 2026-12-07, *Unchunked
+    against the closed form's 136 then; 115 against 121 since the shared passes of 2026-12-07, *Unchunked
     Poisson* below), so that warning comes early there. **The
     KV admission watermark (2026-12-02; 48 → 50 groups).** Until this date the simulated scheduler admitted
     requests up to a full cache; a request admitted into a nearly full one was preempted as soon as the
@@ -499,11 +499,11 @@ READINGS = (
     and stretch it as a busy period of load λ·T(k)/k; the lane is busy E[S] / (τ_d + E[S]) of the time.
     A prompt waits for the iteration in progress (the rest of a pass, busy) and rides the next pass with
     every prompt of its iteration, T(1 + c) − T(1) more than its own prefill. Llama-3.1-8B at ρ = 0.9:
-    batch 120 against 114, ITL mean +0 %, p90 +10 %; Qwen3-32B at ρ = 0.9: batch 107 against 107 (was 103
+    batch 121 against 115, ITL mean +0 %, p90 +10 %; Qwen3-32B at ρ = 0.9: batch 107 against 107 (was 103
     against 93), ITL mean −5 %; Qwen3-32B at ρ = 0.7, whose ITL p90 was −17 % at the foot of the stalls'
-    jump, −4 %. TTFT means within 1 % at every load up to ρ = 0.7 (they were −2 … −8 %), p99 within 6 %
+    jump, −4.5 %. TTFT means within 1 % at every load up to ρ = 0.7 (they were −2 … −8 %), p99 within 6 %
     (were −10 … −14 %). Left: Qwen3-32B at ρ = 0.9, now 7.26 requests/s (the saturation rate rose from
-    7.83 to 8.07; the simulation serves 8.41 offered twice it), TTFT mean −12 % and p99 −24.5 %, the
+    7.83 to 8.07; the simulation serves 8.42 offered twice it), TTFT mean −12 % and p99 −24.5 %, the
     latter inside the tolerance by half a point: the simulated tail is the KV-blocking episodes of the
     chunked ρ = 0.9 paragraph (at cap 1.34 % of the time against the closed form's 0.48 %; the replications' p99 spread
     197 %), as the sharing tried and reverted on 2026-12-01 predicted. A closed loop's lane still costs

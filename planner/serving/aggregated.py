@@ -1328,10 +1328,10 @@ def _stall_counts(a: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, Fl
 def _stall_passes(mean_pre: FloatArray, saving: FloatArray | None) -> FloatArray:
     """One pass of n = 2 … 12 prompts of the law (n, 11), and the mean prefill E[t_pre] in a last column (the
     tail's marginal cost): n·E[t_pre] − s(n) (``saving`` None: one pass per prompt, s = 0)."""
-    if saving is None:
-        return np.concatenate([_STALL_N[:, 2:] * mean_pre, mean_pre], axis=1)
-    n = np.broadcast_to(_STALL_N[:, 2:], (mean_pre.shape[0], _STALL_N.size - 2))
-    return np.concatenate([n * mean_pre - _pass_saving(n, saving)[0], mean_pre], axis=1)
+    several = _STALL_N[:, 2:] * mean_pre
+    if saving is not None:
+        several = several - _several_savings(saving, np.full(mean_pre.shape[0], np.inf))
+    return np.concatenate([several, mean_pre], axis=1)
 
 
 def _tail_pass(tail_n: FloatArray, several: FloatArray, saving: FloatArray | None) -> FloatArray:
@@ -1433,7 +1433,7 @@ def _shared_lane(lam: FloatArray, tau_d: FloatArray, mean_pre: FloatArray, savin
 
 
 def _several_savings(saving: FloatArray, k_cap: FloatArray) -> FloatArray:
-    """s(min(n, k_cap)) of first passes of n = 2 … 12 prompts, per row (n, 11)."""
+    """s(min(n, k_cap)) of first passes of n = 2 … 12 prompts, per row (n, 11) (``k_cap`` ∞: uncapped)."""
     n = np.minimum(np.broadcast_to(_STALL_N[:, 2:], (k_cap.size, _STALL_N.size - 2)), k_cap[:, None])
     return _pass_saving(n, saving)[0]
 

@@ -12,7 +12,7 @@ grid's lognormal scenarios, closed-form saturation and simulated capacity in req
 Unchunked, the simulated scheduler prefills the prompts that wait together in one pass, which costs less
 than one pass each (weights are read once); the closed form costed each prompt its own pass, 4-8 % of
 capacity with prompts of ~1000 tokens and most of it with short ones. Since 2026-12-07 an open loop's lane
-shares its passes (``aggregated._shared_lane``): unchunked 15.12 / 15.57 and 8.06 / 8.41, and the short
+shares its passes (``aggregated._shared_lane``): unchunked 15.13 / 15.57 and 8.07 / 8.42, and the short
 prompts' test below."""
 
 from __future__ import annotations
