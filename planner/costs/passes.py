@@ -29,7 +29,7 @@ from planner.costs import kernels as K
 from planner.costs.memory import kv_heads_per_gpu, memory_plan, moe_parallelism, validate_parallelism
 from planner.costs.types import Bound, CostContext, OperatorCost, PassCost
 from planner.errors import InvalidInput, ModelDoesNotFit
-from planner.models import LayerGroup, Linear
+from planner.models import LayerGroup, Linear, ModelArchitecture
 from planner.units import DTYPE_BYTES
 
 FloatArray = NDArray[np.float64]
@@ -73,6 +73,29 @@ def fuse_siblings(linears: tuple[Linear, ...], layer_input_features: int) -> tup
             first[key] = len(out)
         out.append(lin)
     return tuple(out)
+
+
+#: the fused projections of a (model, layer group), by the pair's identities (each entry holds the pair, so
+#: an identity is never reused while its entry lives); cleared when it reaches ``_FUSED_ENTRIES``
+_FUSED: dict[tuple[int, int], tuple[object, object, tuple[Linear, ...], tuple[Linear, ...]]] = {}
+_FUSED_ENTRIES = 256
+
+
+def _fused_linears(model: ModelArchitecture, group: LayerGroup
+                   ) -> tuple[tuple[Linear, ...], tuple[Linear, ...]]:
+    """(attention, dense FFN) projections of one layer of ``group``, siblings fused (``fuse_siblings``); the
+    FFN's are empty for a MoE. Built once per (model, group): every cost-model pass reads them, and building
+    them took ~8 % of a small table's time."""
+    key = (id(model), id(group))
+    hit = _FUSED.get(key)
+    if hit is not None and hit[0] is model and hit[1] is group:
+        return hit[2], hit[3]
+    att = fuse_siblings(model.attention_linears(group), model.hidden_size)
+    ffn = fuse_siblings(model.ffn_linears(group), model.hidden_size) if group.ffn.kind == "dense" else ()
+    if len(_FUSED) >= _FUSED_ENTRIES:
+        _FUSED.clear()
+    _FUSED[key] = (model, group, att, ffn)
+    return att, ffn
 
 
 def _linear_shape(lin: Linear, tp: int) -> tuple[int, int]:
@@ -276,9 +299,8 @@ def _group_ops(
     # attention data parallelism: each dp rank runs attention on its share of the batch
     att_tokens = tokens / par.dp
     att_batch = np.maximum((decode_batch + prefill_seqs) / par.dp, 1.0)
-    att_lins = fuse_siblings(model.attention_linears(group), model.hidden_size)
+    att_lins, ffn_lins = _fused_linears(model, group)
     ffn = group.ffn
-    ffn_lins = fuse_siblings(model.ffn_linears(group), model.hidden_size) if ffn.kind == "dense" else ()
     # the projections of the layer in one costing where they share their rows (no attention DP: the
     # attention's tokens are the FFN's), else the attention's and the FFN's apart
     if par.dp == 1:

@@ -554,8 +554,10 @@ class AggregatedModel:
         last = lp - (n_chunks - 1.0) * c_left
         # the iteration time against the chunk tokens at this batch, the same in every pass of the loop below
         seg = tb.segments(seen, k_idx)
-        # a full chunk is the whole budget left, whatever the prompt: one column, broadcast
-        t_full = np.broadcast_to(tb.at_segments(seg, c_left), n_chunks.shape)
+        # a full chunk is the whole budget left, whatever the prompt: one column, broadcast. It and each
+        # prompt's last chunk alone (below) in one look-up
+        t_both = tb.at_segments(seg, np.concatenate([c_left, last], axis=1))
+        t_full = np.broadcast_to(t_both[:, :1], n_chunks.shape)
         tau_d = tb.decode(seen, k_idx)
         wv = self.in_weights  # the weighted sums over prompt points below are matrix–vector products
         iters_per_req = n_chunks @ wv
@@ -568,7 +570,7 @@ class AggregatedModel:
         # a prompt's last chunk leaves budget spare: when other prompts wait as its iteration starts
         # (``_top_up_share``) their tokens fill it, else the iteration runs the short chunk alone. Two
         # iteration kinds, each the same in every pass of the loop below; only their shares move with u
-        t_alone = tb.at_segments(seg, last)
+        t_alone = t_both[:, 1:]
         alone_mean = t_alone @ wv
         full_s = full_share * t_full[:, 0]
         # the spare filled when topped up: the prompts that arrived while the chunk ran (at least one,
@@ -634,7 +636,7 @@ class AggregatedModel:
             # swings the lane between idle and saturated), bisect: g(top) − top falls, so the root is
             # bracketed by 0 and MAX_UTILIZATION (2026-12-05: 1-token prompts at half the saturation rate
             # were left at top = 0, u = 1, infeasible)
-            bad = np.abs(np.nan_to_num(g1 - x1)) > TOP_UP_TOLERANCE
+            bad = np.abs(g1 - x1) > TOP_UP_TOLERANCE  # (NaN is not bad: as np.nan_to_num's 0 was not)
             if np.any(bad):
                 lo, hi = np.zeros_like(b), np.full(b.shape, MAX_UTILIZATION)
                 for _ in range(TOP_UP_BISECTIONS):

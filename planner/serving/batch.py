@@ -282,7 +282,7 @@ def _discrete_rebin(values: FloatArray, weights: FloatArray, k: int) -> tuple[Fl
     w = broadcast_view(weights / weights.sum(), values.shape)
     if size <= k:
         return values, np.array(w)
-    order = np.argsort(values, axis=1)
+    order = np.argsort(values, axis=1, kind="stable")
     v = Q.take_rows(values, order)
     cdf = np.cumsum(Q.take_rows(w, order), axis=1)
     targets, masses = tail_refined_targets(k)
@@ -364,8 +364,10 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
     if np.any(multi):
         steps = np.maximum(out_v[multi] - 1.0, 1.0)
         sd = np.sqrt(var[:, None] / steps[None, :])  # (n, n_out)
-        pts = np.maximum(itl_mean[:, None, None] + sd[:, :, None] * TPOT_Z[None, None, :], 0.0).reshape(n, -1)
-        wts = np.repeat(out_w[multi] / len(TPOT_POINTS), len(TPOT_POINTS))
+        # (n, z, n_out): along the outputs each z's points are monotone (sd falls with the steps), runs the
+        # stable sort of the quantiles merges rather than sorts (the 2000-sample trace: ~0.1 ms less)
+        pts = np.maximum(itl_mean[:, None, None] + sd[:, None, :] * TPOT_Z[None, :, None], 0.0).reshape(n, -1)
+        wts = np.tile(out_w[multi] / len(TPOT_POINTS), len(TPOT_POINTS))
         tpot_q = Q.weighted_quantiles_rows(pts, wts, QUANTILES)
     else:
         tpot_q = np.repeat(itl_mean[:, None], 3, axis=1)

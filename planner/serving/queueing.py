@@ -256,7 +256,7 @@ def weighted_quantiles_rows(values: FloatArray, weights: FloatArray, quantiles: 
     w = broadcast_view(np.asarray(weights, dtype=np.float64), v.shape)
     q = np.asarray(quantiles, dtype=np.float64)
     q = broadcast_view(q if q.ndim == 2 else q[None, :], (v.shape[0], q.shape[-1]))
-    order = np.argsort(v, axis=1)
+    order = np.argsort(v, axis=1, kind="stable")
     flat = (order + (np.arange(v.shape[0]) * v.shape[1])[:, None]).ravel()  # one gather for each array
     vs = v.ravel()[flat].reshape(v.shape)
     cdf = np.cumsum(np.ascontiguousarray(w).ravel()[flat].reshape(v.shape), axis=1) / np.sum(w, axis=1,
@@ -314,7 +314,7 @@ def shifted_wait_quantiles_rows(shifts_s: FloatArray, weights: FloatArray, p_wai
     waits = (p > 0) & (mw > 0)
     p = np.where(waits, p, 0.0)
     theta = np.where(waits, mw / np.where(waits, p, 1.0), 1.0)
-    order = np.argsort(s, axis=1)
+    order = np.argsort(s, axis=1, kind="stable")
     s = take_rows(s, order)
     w = take_rows(w, order)
     w = w / np.sum(w, axis=1, keepdims=True)

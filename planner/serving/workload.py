@@ -94,7 +94,7 @@ class LengthDistribution:
 
     def quantiles(self, qs: list[float]) -> NDArray[np.float64]:
         """:meth:`quantile` of each of ``qs``, sorting once."""
-        order = np.argsort(self.values)
+        order = np.argsort(self.values, kind="stable")
         cdf = np.cumsum(self.weights[order])
         idx = np.searchsorted(cdf, np.asarray(qs, dtype=np.float64) - 1e-12)
         return self.values[order][np.minimum(idx, len(order) - 1)]
