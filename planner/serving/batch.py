@@ -35,7 +35,7 @@ from planner.serving.types import (
     Slo,
     TtftBreakdown,
 )
-from planner.serving.workload import tail_refined_groups, tail_refined_targets
+from planner.serving.workload import Arrival, tail_refined_groups, tail_refined_targets
 
 FloatArray = NDArray[np.float64]
 #: the quantiles every latency reports (p50, p90, p99)
@@ -81,22 +81,43 @@ TPOT_Z = stats.norm.ppf(TPOT_POINTS)
 FLUCTUATION_Z = stats.norm.ppf((np.arange(FLUCTUATION_POINTS) + 0.5) / FLUCTUATION_POINTS)
 
 
+def life_overlap(out_values: FloatArray, out_weights: FloatArray) -> float:
+    """θ = E[min(D₁, D₂)] / E[D] over two independent decode lives D = O − 1 [iterations] of the output law
+    (``out_values`` with probabilities ``out_weights``): 1 for a fixed output length, ½ for exponential ones;
+    the share of a burst's decodes still running together."""
+    d = np.maximum(np.asarray(out_values, dtype=np.float64) - 1.0, 0.0)
+    w = np.asarray(out_weights, dtype=np.float64)
+    mean = float(np.dot(w, d))
+    # E[min(D₁, D₂)] = Σ_i w_i·d_i·(w_i + 2·Σ_{j after i} w_j) over the points in increasing order (a pair's
+    # minimum is its earlier point): O(n log n), where the pairwise matrix is n² (256² for a trace)
+    order = np.argsort(d, kind="stable")
+    ds, ws = d[order], w[order]
+    after = np.cumsum(ws[::-1])[::-1] - ws
+    return float(np.dot(ws * ds, ws + 2.0 * after)) / mean if mean > 0 else 1.0
+
+
 def decode_life_overlap(model: AggregatedModel) -> float:
-    """θ = E[min(D₁, D₂)] / E[D] over two independent decode lives D = O − 1 [iterations]: 1 for a fixed
-    output length, ½ for exponential ones; the share of a burst's decodes still running together."""
+    """:func:`life_overlap` of ``model``'s output law (computed once per model)."""
     cached = model.__dict__.get("_life_overlap")
     if cached is None:
-        d = np.maximum(model.out_values - 1.0, 0.0)
-        w = model.out_weights
-        mean = float(np.dot(w, d))
-        # E[min(D₁, D₂)] = Σ_i w_i·d_i·(w_i + 2·Σ_{j after i} w_j) over the points in increasing order (a
-        # pair's minimum is its earlier point): O(n log n), where the pairwise matrix is n² (256² for a trace)
-        order = np.argsort(d, kind="stable")
-        ds, ws = d[order], w[order]
-        after = np.cumsum(ws[::-1])[::-1] - ws
-        cached = float(np.dot(ws * ds, ws + 2.0 * after)) / mean if mean > 0 else 1.0
+        cached = life_overlap(model.out_values, model.out_weights)
         model.__dict__["_life_overlap"] = cached
     return cached
+
+
+def renewal_peakedness(arrival: Arrival, overlap: float, upstream_utilization: float = 0.0) -> float:
+    """The factor by which open renewal (gamma) arrivals of squared CV c² widen the decode batch's
+    variance/mean against Poisson ones: 1 + θ·(c² − 1), θ = :func:`life_overlap` (the peakedness of the
+    GI/G/∞ occupancy in heavy traffic, Whitt, "On the heavy-traffic limit theorem for GI/G/∞ queues", Adv.
+    Appl. Prob. 14, 1982: c² for fixed lives, (1 + c²) / 2 for exponential ones). 1 for Poisson arrivals and
+    closed loops; at least c² > 0. ``upstream_utilization`` ρ: the streams come out of a queue that smooths
+    them, and c² is its departures' 1 + (1 − ρ²)·(c² − 1) (the arrival part of the QNA linking equation,
+    Whitt, "The Queueing Network Analyzer", Bell Syst. Tech. J. 62, 1983; its service part, ρ²·(c_s² − 1),
+    is left out, so that Poisson answers do not move)."""
+    if arrival.kind != "gamma":
+        return 1.0
+    rho = min(max(float(upstream_utilization), 0.0), 1.0)
+    return 1.0 + overlap * (1.0 - rho * rho) * (float(arrival.arrival_cv) ** 2 - 1.0)
 
 
 def decode_elasticity(decode_s: Callable[[FloatArray], FloatArray], b: FloatArray) -> FloatArray:
@@ -133,7 +154,10 @@ def batch_dispersion(model: AggregatedModel, st: SteadyState, rows: NDArray[np.i
     scv = np.maximum((own**2 @ w) / np.maximum(m1, 1e-300) ** 2 - 1.0, 0.0)
     burst = (u + u * u * scv) / (1.0 - u) ** 2 + u / (1.0 - u)
     eps = decode_elasticity(lambda x: model.tables.decode(x + 1.0, rows), b)
-    return np.where(b > 0, (1.0 + decode_life_overlap(model) * burst) / (1.0 - eps), 1.0)
+    # (iii) gamma arrivals: their own peakedness on top (``renewal_peakedness``)
+    theta = decode_life_overlap(model)
+    peaked = renewal_peakedness(model.problem.workload.arrival, theta) - 1.0
+    return np.where(b > 0, (1.0 + theta * burst + peaked) / (1.0 - eps), 1.0)
 
 
 def batch_cap_share(batch: FloatArray, dispersion: FloatArray, cap: float) -> FloatArray:
@@ -321,7 +345,12 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
     wq = st.queue_wait_s
     finite = np.isfinite(wq)
     wq_f = np.where(finite, wq, 0.0)
-    p_row = np.where(wq_f > 0, np.minimum(st.prefill_utilization, 0.995), 0.0)
+    busy = st.prefill_utilization
+    if (scv > 1.0 + 1e-12 or (dep.chunked_prefill and scv < 1.0 - 1e-12)) and not model.closed_loop:
+        # gamma arrivals find the lane busy with the GI/M/1 probability σ, not its time share, as the lane's
+        # wait has it (``aggregated._kingman_wait``; unchunked, bursty arrivals only: ``_unchunked``)
+        busy = busy * np.nan_to_num(Q.renewal_wait_factors(np.minimum(busy, 0.995), scv)[1], nan=1.0)
+    p_row = np.where(wq_f > 0, np.minimum(busy, 0.995), 0.0)
     # then (first, in fact: admission comes before the prefill lane) the wait for a place in the batch
     p_row, wq_f = with_slot_wait(p_row, wq_f, *slot_wait(model, st, scv))
     in_w = model.in_weights

@@ -486,7 +486,7 @@ def closed_form_batch_law(problem: ServingProblem, served_per_s: float) -> tuple
         b = float(st_d.decode_batch[0])
         return float(1.0 - min(b * dep.decode.workers / float(arrival.concurrency), 1.0)), 0.0
     st_d = dmodel.steady_state(np.array([served_per_s]), arrival.arrival_cv**2)
-    return dmodel.decode_batch_dispersion(float(st_d.decode_batch[0])), 0.0
+    return dmodel.decode_batch_dispersion(float(st_d.decode_batch[0]), float(st_d.prefill_utilization[0])), 0.0
 
 
 def compare(case: Case, *, num_requests: int = 4000, warmup_fraction: float = 0.1,
