@@ -119,7 +119,10 @@ class PoolIn(BaseModel):
     parallelism: ParallelismIn = Field(default_factory=ParallelismIn, description=_WORKER_PARALLELISM)
     workers: WorkerCount = Field(1, description="Identical workers in the pool [workers]")
     max_batch_size: BatchSize | None = Field(
-        None, description="Most sequences one iteration runs [sequences]. Default: 256"
+        None,
+        description="Most sequences one iteration runs [sequences]; in the prefill pool, the most prompts "
+        "one pass takes (above 1 its workers prefill every waiting prompt in one pass, up to the token "
+        "budget; modelled for open-loop arrivals). Default: 256",
     )
     token_budget: Tokens | None = Field(
         None, description="Most tokens one iteration processes [tokens]. Default: 8192"

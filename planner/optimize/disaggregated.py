@@ -31,7 +31,12 @@ from planner.optimize.common import (
     verified_evaluation,
 )
 from planner.optimize.pools import DecodeVariant, PrefillVariant, decode_capacity, prefill_capacity
-from planner.serving.disaggregated import NUM_BATCH_POINTS, choose_link, kv_transfer_s
+from planner.serving.disaggregated import (
+    NUM_BATCH_POINTS,
+    choose_link,
+    kv_transfer_s,
+    prefill_pass_setup,
+)
 from planner.serving.types import DisaggregatedDeployment, Evaluation, KvLink, PoolSpec, ServingProblem, Slo
 from planner.units import DTYPE_BYTES
 
@@ -247,12 +252,21 @@ def _prepare(
         times = batched_times(requests)
     skipped = [r.skip for r in requests if r.skip is not None]
     pre, pre_s, dec, dec_variants = [], [], [], []
+    setups: list[tuple[float | None, float]] = []
+    hit = problem.workload.prefix_cache_hit_fraction
+    mean_in = float(np.dot(inp.weights, inp.values))
+    mean_compute = float(np.dot(inp.weights, np.maximum(np.round(inp.values * (1.0 - hit)), 1.0)))
     for r, t in zip(requests, times, strict=True):
         if r.request is None or t is None:
             continue
         if r.role == "prefill":
             pre.append(r.candidate)
             pre_s.append(np.broadcast_to(t, inp.values.shape).astype(float))
+            # a worker that batches its waiting prompts (open loops), as evaluate models it
+            closed = problem.workload.arrival.kind == "closed_loop"
+            setups.append((None, 1.0) if closed else prefill_pass_setup(
+                r.ctx, _pool_spec(r.candidate, 1), mean_in, mean_compute, hit,
+                float(np.dot(inp.weights, pre_s[-1]))))
         else:
             assert r.batch_grid is not None
             dec.append(r.candidate)
@@ -289,6 +303,8 @@ def _prepare(
                             transfer_full_s=full,
                             transfer_exposed_s=exposed,
                             gpus_per_worker=pc.parallelism.num_gpus,
+                            pass_setup_s=setups[i][0],
+                            pass_prompts=setups[i][1],
                         )
                     )
                 variant_of[i, j, li] = seen[key]
@@ -496,7 +512,8 @@ def plan_disaggregated(
     tick(search.checkpoint, "pool grids")
     pools = _prepare(search, requests, times)
     assumptions = [
-        "prefill workers run one prompt per pass, first come first served from one queue (M/G/c, Allen–Cunneen)",
+        "prefill workers serve one queue first come first served (M/G/c, Allen–Cunneen); in open loops a worker "
+        "whose max_batch_size is above 1 prefills every waiting prompt in one pass (a gated batch queue)",
         "decode workers share the load evenly; KV moves layer by layer, overlapped with the prefill, plus a 5 ms "
         "hand-off (Splitwise)",
         "KV link: NVLink when both pools use one GPU type and fit in one scale-up domain, else the RDMA NIC"

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from planner.serving.batch import decode_elasticity
-from planner.serving.disaggregated import MAX_UTILIZATION
+from planner.serving.disaggregated import MAX_UTILIZATION, batched_prefill_wait
 from planner.serving.evaluate import FLUCTUATION_Z
 from planner.serving.queueing import erlang_c_servers, log_factorial
 
@@ -43,6 +43,10 @@ class PrefillVariant:
     transfer_full_s: FloatArray  # (ni,)
     transfer_exposed_s: FloatArray  # (ni,)
     gpus_per_worker: int = 1
+    #: a worker that prefills every waiting prompt in one pass: the pass's setup [s] and the most prompts
+    #: it takes (``serving.disaggregated.prefill_pass_setup``); None: one prompt per pass
+    pass_setup_s: float | None = None
+    pass_prompts: float = 1.0
 
 
 def prefill_capacity(
@@ -67,7 +71,13 @@ def prefill_capacity(
     scv_s = np.maximum(((pre**2) @ w) / mean_s**2 - 1.0, 0.0)
     full = np.stack([v.transfer_full_s for v in variants]) @ w
     shifts = overhead_s + pre + np.stack([v.transfer_exposed_s for v in variants])  # (nv, ni)
-    top = np.minimum(MAX_UTILIZATION * c / mean_s[:, None], c / full[:, None] * (1.0 - 1e-9))  # (nv, nc)
+    # workers that batch their prompts (``serving.disaggregated.batched_prefill_wait``): their setup a and
+    # most prompts K, and the capacity of passes of K back to back
+    batching = np.array([v.pass_setup_s is not None for v in variants])
+    setup = np.array([v.pass_setup_s or 0.0 for v in variants])
+    k_pass = np.array([v.pass_prompts for v in variants])
+    per_prompt = np.where(batching, (k_pass * mean_s - (k_pass - 1.0) * setup) / k_pass, mean_s)
+    top = np.minimum(MAX_UTILIZATION * c / per_prompt[:, None], c / full[:, None] * (1.0 - 1e-9))  # (nv, nc)
     if ttft_s is None:
         return top
     q = ttft_percentile / 100.0
@@ -102,11 +112,36 @@ def prefill_capacity(
         rate_s = c_s / ms_s  # the pool's service rate [requests/s]
         first = rows[sel] * THETA_POINTS  # each row's G(θ) in g_flat
         mass = a_mass[rows[sel]]
+        v_s = rows[sel]
+        gated = np.flatnonzero(batching[v_s])  # the rows whose workers batch
+        g_pre, g_setup, g_k = pre[v_s[gated]], setup[v_s[gated]], k_pass[v_s[gated]]
+        g_scv = scv_s[v_s[gated]]
 
         def met(lam: FloatArray) -> NDArray[np.bool_]:
             p_wait = erlang_c_servers(c_s, lam * ms_s, log_factorial=log_fact)
             spare = rate_s - lam
             theta = np.where(spare > 0, kv_s / np.where(spare > 0, spare, 1.0), np.inf)
+            if gated.size:
+                # as ``DisaggregatedModel.steady_state``: the gated/FIFO ratio of one worker at its share of
+                # the rate scales the pool's wait (its probability by the busy shares' ratio); past the
+                # one-per-pass limit the worker's gated wait itself
+                lam_w = lam[gated] / c_s[gated]
+                wq_g, busy_g, ok_g = batched_prefill_wait(lam_w, g_pre, w, g_setup, g_k)
+                ms_g = ms_s[gated]
+                rho_w = lam_w * ms_g
+                fifo = np.where(rho_w < 1.0, rho_w * ms_g * (1.0 + g_scv) / 2.0
+                                / np.maximum(1.0 - rho_w, 1e-300), np.inf)
+                finite = np.isfinite(fifo) & (fifo > 0) & np.isfinite(wq_g)
+                factor = np.divide(wq_g, fifo, out=np.ones_like(fifo), where=finite)
+                ratio = np.divide(busy_g, rho_w, out=np.ones_like(rho_w), where=rho_w > 0)
+                one_pass = rho_w < MAX_UTILIZATION
+                p_g = np.where(one_pass, np.minimum(p_wait[gated] * ratio, 1.0), busy_g)
+                th_g = np.where(one_pass, theta[gated] * factor / np.maximum(ratio, 1e-300),
+                                wq_g / np.maximum(busy_g, 1e-300))
+                p_wait = p_wait.copy()
+                theta = theta.copy()
+                p_wait[gated] = np.where(ok_g, p_g, 1.0)
+                theta[gated] = np.where(ok_g, th_g, np.inf)
             x = np.clip(
                 (np.log(np.minimum(theta, theta_grid[-1])) - log_grid[0]) / step, 0.0, THETA_POINTS - 1.000001
             )

@@ -133,23 +133,3 @@ def test_decode_batch_spread_against_the_simulation(mode: str, share: float, cv:
                    step_time=X.StepTimeMemos().for_problem(p), kv_watermark=X.KV_WATERMARK)
     assert closed_form == pytest.approx(sim.decode_batch_dispersion, rel=tolerance)
 
-
-@pytest.mark.parametrize(("share", "max_batch", "warned"),
-                         [(0.9, 256, True), (0.9, 1, False), (0.5, 256, False)])
-def test_a_busy_batching_prefill_pool_is_flagged(share: float, max_batch: int, warned: bool) -> None:
-    """The prefill pool is one prompt per pass; a worker that batches its waiting prompts queues less once
-    it is busy (the crosscheck's sensitivity run: TTFT mean +29 % at 0.9), which ``evaluate`` says."""
-    base = _scenario_problem("disaggregated")
-    dep = base.deployment
-    dep = dataclasses.replace(dep, prefill=dataclasses.replace(dep.prefill, max_batch_size=max_batch))
-    base = dataclasses.replace(base, deployment=dep)
-    probe = dataclasses.replace(base, workload=dataclasses.replace(
-        base.workload, arrival=Arrival(kind="poisson", rate_per_s=1.0)))
-    from planner.serving.disaggregated import DisaggregatedModel
-
-    prefill_max = dep.prefill.workers / DisaggregatedModel(probe).prefill_mean_s
-    p = dataclasses.replace(base, workload=dataclasses.replace(
-        base.workload, arrival=Arrival(kind="poisson", rate_per_s=share * prefill_max)))
-    ev = evaluate(p)
-    assert ev.feasible
-    assert any("one prompt per pass" in m for m in ev.warnings) == warned
