@@ -33,9 +33,11 @@ from planner.optimize.common import (
 from planner.optimize.pools import DecodeVariant, PrefillVariant, decode_capacity, prefill_capacity
 from planner.serving.disaggregated import (
     NUM_BATCH_POINTS,
+    SETUP_PASS_SIZES,
     choose_link,
     kv_transfer_s,
-    prefill_pass_setup,
+    pass_prompt_cap,
+    setup_from_passes,
 )
 from planner.serving.types import DisaggregatedDeployment, Evaluation, KvLink, PoolSpec, ServingProblem, Slo
 from planner.units import DTYPE_BYTES
@@ -150,6 +152,9 @@ class PoolRequest:
     candidate: PoolCandidate
     ctx: CostContext
     request: dict[str, np.ndarray | float] | None
+    #: a prefill worker that batches its prompts: the pass sizes n whose passes of n mean prompts follow
+    #: the prompt points in ``request`` (``serving.disaggregated.setup_from_passes``); empty otherwise
+    pass_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     skip: str | None = None
     batch_grid: np.ndarray | None = None
     batch_cap: float = 0.0
@@ -166,6 +171,8 @@ def pool_requests(search: DisaggregatedSearch) -> list[PoolRequest]:
     decode_context = w.input_tokens.mean + w.output_tokens.second_moment / (
         2.0 * max(w.output_tokens.mean, 1.0)
     )
+    mean_in = float(np.dot(inp.weights, inp.values))
+    mean_compute = float(np.dot(inp.weights, np.maximum(np.round(inp.values * (1.0 - hit)), 1.0)))
     out: list[PoolRequest] = []
     roles: tuple[tuple[Literal["prefill", "decode"], tuple[PoolCandidate, ...]], ...] = (
         ("prefill", search.prefill_candidates),
@@ -205,13 +212,21 @@ def pool_requests(search: DisaggregatedSearch) -> list[PoolRequest]:
                 )
                 continue
             if role == "prefill":
+                # the prompt points' passes, then (open loops, a worker that batches) passes of n mean
+                # prompts, whose savings give its setup (as ``DisaggregatedModel`` reads it)
+                k_cap = pass_prompt_cap(_pool_spec(cand, 1), mean_compute)
+                sizes = (SETUP_PASS_SIZES[SETUP_PASS_SIZES <= k_cap]
+                         if w.arrival.kind != "closed_loop" and k_cap >= 2.0 else np.zeros(0))
+                cached_mean = float(round(mean_in * hit))
                 req: dict[str, np.ndarray | float] = dict(
                     decode_batch=0.0,
                     decode_context_tokens=0.0,
-                    prefill_tokens=inp.values,
-                    prefill_cached_tokens=np.round(inp.values * hit),
+                    prefill_tokens=np.concatenate([inp.values, sizes * (mean_in - cached_mean)]),
+                    prefill_cached_tokens=np.concatenate([np.round(inp.values * hit),
+                                                          np.full(sizes.size, cached_mean)]),
+                    prefill_sequences=np.concatenate([np.ones(inp.values.size), sizes]),
                 )
-                out.append(PoolRequest(role=role, candidate=cand, ctx=ctx, request=req))
+                out.append(PoolRequest(role=role, candidate=cand, ctx=ctx, request=req, pass_sizes=sizes))
             else:
                 cap = float(min(cand.max_batch_size, plan.kv_capacity_tokens / max(decode_context, 1.0)))
                 grid = np.unique(np.concatenate([[1.0], np.geomspace(1.0, max(cap, 1.0), NUM_BATCH_POINTS)]))
@@ -254,19 +269,20 @@ def _prepare(
     pre, pre_s, dec, dec_variants = [], [], [], []
     setups: list[tuple[float | None, float]] = []
     hit = problem.workload.prefix_cache_hit_fraction
-    mean_in = float(np.dot(inp.weights, inp.values))
     mean_compute = float(np.dot(inp.weights, np.maximum(np.round(inp.values * (1.0 - hit)), 1.0)))
+    ni = inp.values.size
     for r, t in zip(requests, times, strict=True):
         if r.request is None or t is None:
             continue
         if r.role == "prefill":
             pre.append(r.candidate)
-            pre_s.append(np.broadcast_to(t, inp.values.shape).astype(float))
+            t_all = np.broadcast_to(t, (ni + r.pass_sizes.size,)).astype(float)
+            pre_s.append(t_all[:ni])
             # a worker that batches its waiting prompts (open loops), as evaluate models it
-            closed = problem.workload.arrival.kind == "closed_loop"
-            setups.append((None, 1.0) if closed else prefill_pass_setup(
-                r.ctx, _pool_spec(r.candidate, 1), mean_in, mean_compute, hit,
-                float(np.dot(inp.weights, pre_s[-1]))))
+            mean_pre = float(np.dot(inp.weights, pre_s[-1]))
+            setups.append((setup_from_passes(r.pass_sizes, t_all[ni:], mean_pre),
+                           pass_prompt_cap(_pool_spec(r.candidate, 1), mean_compute))
+                          if r.pass_sizes.size and mean_pre > 0 else (None, 1.0))
         else:
             assert r.batch_grid is not None
             dec.append(r.candidate)

@@ -44,7 +44,7 @@ class PrefillVariant:
     transfer_exposed_s: FloatArray  # (ni,)
     gpus_per_worker: int = 1
     #: a worker that prefills every waiting prompt in one pass: the pass's setup [s] and the most prompts
-    #: it takes (``serving.disaggregated.prefill_pass_setup``); None: one prompt per pass
+    #: it takes (``serving.disaggregated.setup_from_passes``, ``pass_prompt_cap``); None: one prompt per pass
     pass_setup_s: float | None = None
     pass_prompts: float = 1.0
 
