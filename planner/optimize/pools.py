@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from planner.serving.batch import decode_elasticity
 from planner.serving.disaggregated import MAX_UTILIZATION, batched_prefill_wait
 from planner.serving.evaluate import FLUCTUATION_Z
-from planner.serving.queueing import erlang_c_servers, log_factorial
+from planner.serving.queueing import erlang_c_servers, log_factorial, renewal_wait_factors
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
@@ -102,6 +102,7 @@ def prefill_capacity(
     cc = np.broadcast_to(c, (nv, nc))[use]
     ms = mean_s[rows]
     k_var = (arrival_scv + scv_s[rows]) / 2.0
+    renewal = abs(arrival_scv - 1.0) > 1e-12
     g_flat = g_table.ravel()
 
     def target_met(sel: NDArray[np.intp] | slice) -> Callable[[FloatArray], NDArray[np.bool_]]:
@@ -121,6 +122,15 @@ def prefill_capacity(
             p_wait = erlang_c_servers(c_s, lam * ms_s, log_factorial=log_fact)
             spare = rate_s - lam
             theta = np.where(spare > 0, kv_s / np.where(spare > 0, spare, 1.0), np.inf)
+            if renewal:
+                # gamma arrivals: the GI/M/1 factors at the per-worker utilization, as evaluate's
+                # ``DisaggregatedModel.steady_state`` takes them (wait and waiting probability)
+                rho_w = np.minimum(lam * ms_s / c_s, MAX_UTILIZATION)
+                f_wait, f_p = renewal_wait_factors(rho_w, arrival_scv)
+                f_wait, f_p = np.nan_to_num(f_wait, nan=1.0), np.nan_to_num(f_p, nan=1.0)
+                p_new = np.minimum(p_wait * f_p, 1.0)
+                theta = theta * f_wait * np.divide(p_wait, p_new, out=np.ones_like(p_new), where=p_new > 0)
+                p_wait = p_new
             if gated.size:
                 # as ``DisaggregatedModel.steady_state``: the gated/FIFO ratio of one worker at its share of
                 # the rate scales the pool's wait (its probability by the busy shares' ratio); past the
