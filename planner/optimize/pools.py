@@ -132,22 +132,26 @@ def prefill_capacity(
                 theta = theta * f_wait * np.divide(p_wait, p_new, out=np.ones_like(p_new), where=p_new > 0)
                 p_wait = p_new
             if gated.size:
-                # as ``DisaggregatedModel.steady_state``: the gated/FIFO ratio of one worker at its share of
-                # the rate scales the pool's wait (its probability by the busy shares' ratio); past the
-                # one-per-pass limit the worker's gated wait itself
-                lam_w = lam[gated] / c_s[gated]
-                wq_g, busy_g, ok_g = batched_prefill_wait(lam_w, g_pre, w, g_setup, g_k)
-                ms_g = ms_s[gated]
-                rho_w = lam_w * ms_g
-                fifo = np.where(rho_w < 1.0, rho_w * ms_g * (1.0 + g_scv) / 2.0
-                                / np.maximum(1.0 - rho_w, 1e-300), np.inf)
-                finite = np.isfinite(fifo) & (fifo > 0) & np.isfinite(wq_g)
-                factor = np.divide(wq_g, fifo, out=np.ones_like(fifo), where=finite)
-                ratio = np.divide(busy_g, rho_w, out=np.ones_like(rho_w), where=rho_w > 0)
-                one_pass = rho_w < MAX_UTILIZATION
-                p_g = np.where(one_pass, np.minimum(p_wait[gated] * ratio, 1.0), busy_g)
-                th_g = np.where(one_pass, theta[gated] * factor / np.maximum(ratio, 1e-300),
-                                wq_g / np.maximum(busy_g, 1e-300))
+                # as ``DisaggregatedModel.steady_state``: the worker's gated wait at its share of the rate,
+                # times the pool's one-per-pass wait over one worker's FIFO wait at the one-per-pass load
+                # capped at its limit (the pooling, and the GI/M/1 factors of gamma arrivals); the waiting
+                # probability by the busy shares' ratio
+                c_g, ms_g, lam_g = c_s[gated], ms_s[gated], lam[gated]
+                lam_q = np.minimum(lam_g, MAX_UTILIZATION * c_g / ms_g)
+                rho_q = lam_q * ms_g / c_g
+                p_q = erlang_c_servers(c_g, lam_q * ms_g, log_factorial=log_fact[gated])
+                th_q = kv_s[gated] / np.maximum(c_g / ms_g - lam_q, 1e-300)
+                if renewal:
+                    fw, fp = renewal_wait_factors(rho_q, arrival_scv)
+                    fw, fp = np.nan_to_num(fw, nan=1.0), np.nan_to_num(fp, nan=1.0)
+                    p_new = np.minimum(p_q * fp, 1.0)
+                    th_q = th_q * fw * np.divide(p_q, p_new, out=np.ones_like(p_new), where=p_new > 0)
+                    p_q = p_new
+                fifo_q = rho_q * ms_g * (1.0 + g_scv) / 2.0 / np.maximum(1.0 - rho_q, 1e-300)
+                scale = np.divide(p_q * th_q, fifo_q, out=np.ones_like(fifo_q), where=fifo_q > 0)
+                wq_g, busy_g, ok_g = batched_prefill_wait(lam_g / c_g, g_pre, w, g_setup, g_k)
+                p_g = np.minimum(np.divide(p_q * busy_g, rho_q, out=np.zeros_like(rho_q), where=rho_q > 0), 1.0)
+                th_g = np.divide(wq_g * scale, p_g, out=th_q.copy(), where=p_g > 0)
                 p_wait = p_wait.copy()
                 theta = theta.copy()
                 p_wait[gated] = np.where(ok_g, p_g, 1.0)

@@ -322,14 +322,7 @@ class DisaggregatedModel:
             lam_w = np.minimum(lam / dep.prefill.workers, cap_w * (1.0 - 1e-9)) * wait_scale
             wq_g, busy_g, ok_g = batched_prefill_wait(lam_w, self.prefill_s, self.in_weights,
                                                       self.pass_setup_s, self.pass_prompts)
-            fifo = np.where(lam_w * mean_s < 1.0, lam_w * mean_s * mean_s * (1.0 + scv_s) / 2.0
-                            / np.maximum(1.0 - lam_w * mean_s, 1e-300), np.inf)
-            finite = np.isfinite(fifo) & (fifo > 0) & np.isfinite(wq_g)
-            factor = np.divide(wq_g, fifo, out=np.ones_like(fifo), where=finite)
-            busy_ratio = np.where(lam_w > 0, busy_g / np.where(lam_w > 0, lam_w * mean_s, 1.0), 1.0)
-            batched = (factor, busy_g, ok_g & ~over_g, busy_ratio, wq_g)
-            # its own stability: passes of K prompts back to back
-            lam_q = np.minimum(lam, MAX_UTILIZATION * dep.prefill.workers / mean_s)
+            batched = (busy_g, ok_g & ~over_g, wq_g)
         if self.problem.workload.arrival.kind == "gamma" and abs(arrival_scv - 1.0) > 1e-12:
             # open gamma arrivals: the GI/M/1 interpolation of the wait and of its probability, at the
             # per-worker utilization (``queueing.renewal_wait_factors``; Allen–Cunneen's (c_a² + c_s²) / 2 is
@@ -340,11 +333,18 @@ class DisaggregatedModel:
             p_a = np.minimum(p_a * np.nan_to_num(f_p, nan=1.0), 1.0)
         link_util = lam * self.transfer_full_mean_s / dep.prefill.workers
         if batched is not None:
-            factor, busy_g, ok_g, busy_ratio, wq_g = batched
-            # past the one-per-pass limit the pool's wait is its workers' gated one (no pooling figure there)
-            one_pass = rho_a < MAX_UTILIZATION
-            wq_a = np.where(one_pass, wq_a * factor, wq_g)
-            p_a = np.where(ok_g, np.where(one_pass, np.minimum(p_a * busy_ratio, 1.0), busy_g), p_a)
+            busy_g, ok_g, wq_g = batched
+            # the gated wait times the pool's one-per-pass wait over one worker's FIFO wait (the pooling of
+            # the workers and the arrivals' burstiness), both at the one-per-pass queue's load capped at its
+            # limit: past it the pool keeps the factor of the limit, so that the wait does not jump there
+            # (2026-12-05: frozen at 1 past the limit, a gamma loop's TTFT fell from 180 to 87 ms as its rate
+            # rose 30 %)
+            rho_q = lam_q * wait_scale * mean_s / dep.prefill.workers
+            fifo_q = rho_q * mean_s * (1.0 + scv_s) / 2.0 / np.maximum(1.0 - rho_q, 1e-300)
+            scale = np.divide(wq_a, fifo_q, out=np.ones_like(fifo_q), where=(fifo_q > 0) & np.isfinite(wq_a))
+            wq_a = wq_g * scale
+            busy_ratio = np.divide(busy_g, rho_q, out=np.ones_like(rho_q), where=rho_q > 0)
+            p_a = np.where(ok_g, np.minimum(p_a * busy_ratio, 1.0), p_a)
             rho_a = np.where(ok_g, np.minimum(busy_g, MAX_UTILIZATION * 0.999), np.maximum(rho_a, 1.0))
         b_grid, lam_grid = self._decode_curve(wait_scale)
         if self.mean_decode_steps > 0:
