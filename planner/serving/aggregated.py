@@ -684,6 +684,8 @@ class AggregatedModel:
             # mixed iterations are the long ones), and the queue is that of the iteration count
             u_w = np.clip(r_mixed * tau_bar, 0.0, MAX_UTILIZATION) * wait_scale
         renewal = not self.closed_loop and abs(arrival_scv - 1.0) > 1e-12
+        # the share of arrivals that find the lane busy: its time share, or the GI/M/1 σ of gamma arrivals
+        seen_w = Q.busy_seen_by_arrivals(u_w, arrival_scv) if renewal else u_w
         wq = _kingman_wait(u_w, arrival_scv, self.prompt_scv, service_mean, renewal)
         # Kingman's queue serves the prompts one after the other; the scheduler admits every waiting prompt
         # the budget holds into the next iteration. Where prompts are short against the budget, a prompt
@@ -694,20 +696,17 @@ class AggregatedModel:
         sq = (full_share * t_full[:, 0] ** 2 + (1.0 - u_top) * ((t_alone * t_alone) @ wv)
               + u_top * ((t_topped * t_topped) @ wv)) / iters_per_req
         mixed_residual = sq / (2.0 * np.maximum(tau_m, 1e-300))
-        wq = np.minimum(wq, _bulk_wait(u_w, mixed_residual, lam * self.mean_prompt_compute * wait_scale,
+        wq = np.minimum(wq, _bulk_wait(seen_w, mixed_residual, lam * self.mean_prompt_compute * wait_scale,
                                        c_left[:, 0] / t_full[:, 0], arrival_scv, self.prompt_scv,
                                        self.mean_prompt_compute, renewal))
         # arriving mid-iteration: with the prefill lane idle (a time share 1 − u) the new prompt waits for the
         # decode-only iteration in progress, τ_d / 2 on average; with it busy, the rest of the iteration in
         # progress is part of the lane's residual work, already in Kingman's wait (P-K counts the residual
         # service). Only other requests' work can be in progress, hence the same thinning as the queue
-        idle = 1.0 - u_c
-        if renewal:
-            # gamma arrivals find the lane idle with probability 1 − σ (as the bulk wait above has it busy
-            # with σ): with the time share, the TTFT of 5-token prompts under c = 3 fell by 0.2 % from 50 to
-            # 100 requests/s (σ near 1 rises slower than u, and this term fell with u)
-            idle = 1.0 - np.minimum(u_c * np.nan_to_num(Q.renewal_wait_factors(u_c, arrival_scv)[1], nan=1.0),
-                                    1.0)
+        # (gamma arrivals find the lane idle with probability 1 − σ, as the bulk wait above has it busy with
+        # σ: with the time share, the TTFT of 5-token prompts under c = 3 fell by 0.2 % from 50 to 100
+        # requests/s, σ near 1 rising slower than u; an open loop's u_w is u_c)
+        idle = 1.0 - np.minimum(seen_w, 1.0) if renewal else 1.0 - u_c
         residual = np.where(b > 0, tau_d / 2.0, 0.0) * idle * wait_scale
         if self.closed_loop:
             # unless a front end of known, small spread puts it at a fixed phase: a front-end time F after the
@@ -779,6 +778,8 @@ class AggregatedModel:
         u_w = u_c * wait_scale
         wq = _kingman_wait(u_w, arrival_scv, scv_pre, mean_pre)
         own = t_pre
+        bursty = not self.closed_loop and arrival_scv > 1.0 + 1e-12
+        seen = u_c
         if ext is not None:
             # an open loop's prompt does not queue behind the others one by one: it waits for the iteration
             # in progress and rides the next pass with every prompt that arrived during that iteration. Busy
@@ -794,22 +795,18 @@ class AggregatedModel:
             window = (1.0 - u_c) * tau_d + u_c * pass_sq / np.maximum(t_e, 1e-300)
             riders = _co_arrivals(lam_v * wait_scale, window, arrival_scv)
             rider_work = riders * mean_pre - _pass_saving(1.0 + riders, saving)[0]
-            busy_w = u_w
-            if not self.closed_loop and arrival_scv > 1.0 + 1e-12:
-                # bursty arrivals find the lane busy more often than its time share: the GI/M/1 σ
-                # (``queueing.renewal_wait_factors``; Llama-3.1-8B, c = 2 at 0.5 / 0.8 of saturation,
-                # TTFT mean −26 / −25 % → −1 / −6 % against the simulation, p99 +6 / +7 → +18 / +9 %). Regular
-                # ones keep the time share: their co-riders (``_co_arrivals``) already follow the renewal
-                # law, and σ took c = 0.5's mean from −1 to −7 % at 0.8
-                busy_w = u_w * np.nan_to_num(Q.renewal_wait_factors(u_w, arrival_scv)[1], nan=1.0)
+            # bursty arrivals find the lane busy more often than its time share: the GI/M/1 σ
+            # (``queueing.busy_seen_by_arrivals``; Llama-3.1-8B, c = 2 at 0.5 / 0.8 of saturation, TTFT mean
+            # −26 / −25 % → −1 / −6 % against the simulation, p99 +6 / +7 → +18 / +9 %). Regular ones keep
+            # the time share: their co-riders (``_co_arrivals``) already follow the renewal law, and σ took
+            # c = 0.5's mean from −1 to −7 % at 0.8. (An open loop's u_w is u_c.)
+            seen = Q.busy_seen_by_arrivals(u_c, arrival_scv) if bursty else u_c
+            busy_w = seen if bursty else u_w
             wq = np.where(u_c < MAX_UTILIZATION, busy_w * pass_sq / (2.0 * np.maximum(t_e, 1e-300))
                           * (1.0 + arrival_scv) / 2.0 + np.maximum(rider_work, 0.0), wq)
         # a new prompt waits for the decode iteration in progress (prefills have priority over decodes): when
         # it finds the lane idle, 1 − u of the time (1 − σ for bursty arrivals, as above)
-        idle = 1.0 - u_c
-        if ext is not None and not self.closed_loop and arrival_scv > 1.0 + 1e-12:
-            idle = 1.0 - np.minimum(u_c * np.nan_to_num(Q.renewal_wait_factors(u_c, arrival_scv)[1], nan=1.0),
-                                    1.0)
+        idle = 1.0 - np.minimum(seen, 1.0)
         residual = np.where(b > 0, tau_d / 2.0, 0.0) * idle * wait_scale
         p_pre, kinds_s, kinds_w = _unchunked_stalls(broadcast_view(lam, b.shape), u_c, tau_d, t_pre, w,
                                                     self.prompt_order, self.closed_loop,
@@ -1241,11 +1238,9 @@ def _bulk_wait(busy: FloatArray, residual: FloatArray, token_rate: FloatArray, c
     iteration queue as a fluid at the lane's capacity ``capacity`` [tokens/s] (a full chunk's tokens over
     its iteration time) under ``token_rate`` [tokens/s] of prompt work, Kingman's wait for a request of
     ``mean_prompt`` tokens (Kingman, "The single server queue in heavy traffic", Proc. Cambridge Phil.
-    Soc. 57, 1961). ``renewal``: open gamma arrivals, whose busy share as an arrival sees it is the GI/M/1
-    σ (``queueing.renewal_wait_factors``)."""
+    Soc. 57, 1961). ``renewal``: open gamma arrivals (``busy`` is then the share of them that find the lane
+    busy, ``queueing.busy_seen_by_arrivals``), whose fluid queue waits by ``_kingman_wait``'s GI/M/1 law."""
     rho = np.clip(token_rate / np.maximum(capacity, 1e-300), 0.0, MAX_UTILIZATION)
-    if renewal:
-        busy = busy * np.nan_to_num(Q.renewal_wait_factors(busy, arrival_scv)[1], nan=1.0)
     return busy * residual + _kingman_wait(rho, arrival_scv, prompt_scv,
                                            mean_prompt / np.maximum(capacity, 1e-300), renewal)
 

@@ -349,7 +349,7 @@ def evaluate_open_loop_rows(problem: ServingProblem, model: AggregatedModel, rat
     if (scv > 1.0 + 1e-12 or (dep.chunked_prefill and scv < 1.0 - 1e-12)) and not model.closed_loop:
         # gamma arrivals find the lane busy with the GI/M/1 probability σ, not its time share, as the lane's
         # wait has it (``aggregated._kingman_wait``; unchunked, bursty arrivals only: ``_unchunked``)
-        busy = busy * np.nan_to_num(Q.renewal_wait_factors(np.minimum(busy, 0.995), scv)[1], nan=1.0)
+        busy = Q.busy_seen_by_arrivals(np.minimum(busy, 0.995), scv)
     p_row = np.where(wq_f > 0, np.minimum(busy, 0.995), 0.0)
     # then (first, in fact: admission comes before the prefill lane) the wait for a place in the batch
     p_row, wq_f = with_slot_wait(p_row, wq_f, *slot_wait(model, st, scv))

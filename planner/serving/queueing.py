@@ -149,6 +149,15 @@ def gamma_arrival_root(rho: ArrayLike, arrival_scv: float) -> FloatArray:
     return np.where(ok, sigma, np.nan)
 
 
+def busy_seen_by_arrivals(rho: ArrayLike, arrival_scv: float) -> FloatArray:
+    """The share of arrivals that find a server of utilization ``rho`` busy: the GI/M/1 σ of
+    :func:`gamma_arrival_root` for gamma arrivals of squared CV ``arrival_scv`` (PASTA's ρ for Poisson
+    ones, and where σ is not defined, ρ ∉ (0, 1))."""
+    r = np.asarray(rho, dtype=np.float64)
+    sigma = gamma_arrival_root(r, arrival_scv)
+    return np.where(np.isnan(sigma), r, sigma)
+
+
 def renewal_wait_factors(rho: ArrayLike, arrival_scv: float) -> tuple[FloatArray, FloatArray]:
     """(wait factor, waiting-probability factor) that take a Kingman / Allen–Cunneen wait at utilization
     ``rho`` under renewal (gamma) arrivals of squared CV ``arrival_scv`` to the GI/M/1 interpolation
