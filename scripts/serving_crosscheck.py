@@ -310,8 +310,10 @@ READINGS = (
     44, 47 and 48 of 54 groups and those of 2026-12-02 that gave 50, 51 (twice), 50, 51 and, after the
     engines' host times were refitted on the closed form's TPOT (vLLM: 0.60 ms per iteration and 52 µs per
     running sequence, which both sides run; Qwen3-32B's chunked capacity fell ~10 %), 50, then 51 with 4×
-    the replications from ρ = 0.9 (`crosscheck.run_seeds`; the chunked TTFT p99 at ρ = 0.9 passes); the
-    tables above are regenerated, this reading is not: re-read it after changing `planner/serving/`.""",
+    the replications from ρ = 0.9 (`crosscheck.run_seeds`; the chunked TTFT p99 at ρ = 0.9 passes), 52
+    after the shared unchunked passes, and 54 since the chunked train's orbit is stepped (2026-12-05, the
+    train paragraph below); the tables above are regenerated, this reading is not: re-read it after
+    changing `planner/serving/`.""",
     """- **What moved the report from 20 to 44 passing groups** (each a change of the closed form, except
     the first). (1) The simulation's runs at ρ = 0.9 were too short: with 4000 requests the disaggregated
     M/G/1 prefill queue (whose mean wait the closed form has exactly) came out 21 % above it; the runs now
@@ -342,23 +344,28 @@ READINGS = (
     first wave's prompts fill K = ⌈N·Lp / C⌉ iterations; since the decodes run through the prefills, the
     groups get their first token one iteration apart, finish one iteration apart and come back so: the
     loop keeps the shape of a train (`AggregatedModel._chunked_train`). A returning group reaches the
-    scheduler a front-end time h after it finished, in the d-th iteration since (d = ⌊h / τ_d⌋ + 2), and
-    waits behind the d − 1 groups before it. Llama-3.1-8B, N = 64: the simulated TTFTs are 68.6, 101.8,
-    135.0 ms, then 171–173 ms for every later group (d = 4, four 43 ms mixed iterations); the law gives
-    68.5, 103, 139 and 172. N = 16: 73.6, 107.1, 140.7, 174.5, 175.7 ms for its five groups. When the
-    whole train finishes within the front-end time (K < d), the engine idles and group j waits only for
-    the j − 1 before it. A stream sees a mixed iteration only while it decodes through a train, a few per
-    life, which is why the ITL p90 of these loops is a decode-only iteration (N = 64: 10.0 against the
-    simulated 10.3 ms) and the p99 a mixed one (43.5 against 43.2 ms); the cohort with random-phase gaps
-    gave 22.5 ms at p90. All six groups but the ITL p99 now pass (median |error| under 5 %, from
-    53–89 %). Left: Qwen3-32B at N = 16, ITL p99 18.8 ms against 37.7: the law's mixed gaps are 1.0 % of
-    the total, right at the p99, and it packs the train with the mean batch's budget (its last iteration
-    holds 64 tokens), where the simulation's first iterations, with fewer decodes running, take whole
-    prompts and leave its last one a 512-token prompt (measured 2026-12-02, one cycle of the simulated
-    orbit: five mixed iterations of 1536, 2043, 2042, 2038 and 533 prompt tokens with 6, 5, 6, 10 and 14
-    sequences decoding, 80.8, 99.4, 99.3, 99.4 and 37.7 ms; 41 of a cycle's ~4100 gaps, 1.00 %, so the
-    simulated p99 is the 37.7 ms kind by a few gaps). **This orbit is a memory of the start**: started
-    with the clients' first requests spread over 10 s instead of at once, the same simulation gives
+    scheduler a front-end time h after it finished and waits behind the groups before it. Llama-3.1-8B,
+    N = 64: the simulated TTFTs are 66, 99, 125, 132, then 136 ms for every later group; N = 16: 72, 105,
+    139, 173 and 175 ms. A stream sees a mixed iteration only while it decodes through a train, a few per
+    life, which is why the ITL p90 of these loops is a decode-only iteration and the p99 a mixed one; the
+    cohort with random-phase gaps gave the p90 a mixed one. **Since 2026-12-05 (evening) the closed form
+    steps the orbit itself** (`planner.serving.train.chunked_orbit`): the system is deterministic, so its
+    periodic state is found by following it from the burst start, iteration by iteration (a run of
+    decode-only iterations in one step), through four cycles of the loop and two measured windows of six,
+    which must agree (and each close Little's law) to 1 % or the planner keeps the cohort (3 ms for 64
+    clients), on the cost model's iteration times. Until then it was a closed form of the orbit that
+    packed every train into budget-full iterations beside the mean decode batch, which missed two groups
+    (52 of 54): a group that returns to a free lane gets an iteration of its own prompts, and the groups
+    behind it share full ones, so Qwen3-32B at N = 16 runs iterations of 1536, 2044, 2042, 2038 and
+    532 prompt tokens beside 5, 4, 6, 10 and 14 decodes, where the closed form had four of ~2034 tokens
+    and one of 64: its ITL p99, on the knife edge of the mixed gaps' 1.0 % share, was a decode-only gap
+    (19.1 against 38.2 ms; the orbit: 39.1); and four clients that return together to an idle engine are
+    prefilled in two iterations, one request and then the three that arrived with it, not one (Qwen3-32B
+    N = 4: a quarter of the requests at 58.9 ms and the rest at 125.7 in the simulation, the orbit 58.9
+    and 123.6, the closed form 126 for all: TTFT mean +15.2 → −1.5 %). The simulation's scheduler starts
+    an iteration at the first arrival to an idle engine, as an engine loop that wakes on its first input
+    does; real arrivals that close are a few microseconds apart. **This orbit is a memory of the start**:
+    started with the clients' first requests spread over 10 s instead of at once, the same simulation gives
     Llama-3.1-8B N = 64 a TTFT of 66 / 91 / 101 ms (mean / p90 / p99, against 161 / 173 / 173 from the
     burst) and Qwen3-32B 109 / 159 / 182 ms (against 287 / 303 / 303), near the random-phase law; so does
     the unchunked cohort (Llama-3.1-8B N = 64: 73 / 120 / 120 ms against 420 / 657 / 657), while the
@@ -548,13 +555,6 @@ READINGS = (
     −6 %, p90 +7 → −2 %, p99 +25 → −0.5 %; Llama-3.1-8B N = 64: p90 −4 → −10 %, p99 +8 → −6 %; the N = 4
     and 16 loops move by under 1 %, and the fixed-length loops (lock-step) and the serving benchmarks
     (posed as chunked) not at all (`tests/unit/test_shared_pass_wait.py`).""",
-    """- **Chunked fixed-length closed loop, Qwen3-32B N = 4: TTFT mean +15.2 % (126 against 109 ms; out
-    since the host-time refit of 2026-12-02, +14.8 % before).** Four 512-token prompts fill a 2048-token
-    budget to within the decodes beside them, so the train's packing is on a knife edge: the closed form
-    prefills all four in one iteration and every request waits 126 ms, which is the simulation's p90 and
-    p99 to the millisecond (125.8 ms), but a quarter of the simulated requests come back sooner (mean
-    109 ms): the simulated orbit splits off one client, whose prompt is prefilled on its own. The same
-    memory of the start as Qwen3-32B's N = 16 ITL p99 (the train paragraph above); not modelled.""",
     """- **A prefill worker that batches prompts** (second sensitivity run) takes every waiting prompt into
     one pass. Since 2026-12-05 the closed form models it in open loops as a gated batch queue
     (`disaggregated.batched_prefill_wait`: the pass sizes as a Markov chain, a setup per pass read off the

@@ -42,6 +42,7 @@ from planner.costs.types import CostContext
 from planner.errors import ModelDoesNotFit, UnsupportedConfiguration
 from planner.serving import queueing as Q
 from planner.serving.grids import broadcast_view, geometric_grid, sorted_unique
+from planner.serving.train import MAX_ORBIT_STEPS, Orbit, chunked_orbit, orbit_steps
 from planner.serving.types import AggregatedDeployment, ServingProblem
 from planner.serving.workload import LengthDistribution
 
@@ -201,27 +202,6 @@ class SteadyState:
     stable: NDArray[np.bool_]
     #: the budget row of each state (see ``AggregatedModel.budgets``)
     budget_index: NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Train:
-    """A chunked fixed-length closed loop's periodic orbit (``AggregatedModel._chunked_train``), per decode
-    batch (rows): each request's TTFT (nb, N) [s], the decode-only, full and last train iterations [s], and
-    the shares of a stream's gaps that are full and last train iterations."""
-
-    ttft_s: FloatArray
-    decode_s: FloatArray
-    full_s: FloatArray
-    last_s: FloatArray
-    full_share: FloatArray
-    last_share: FloatArray
-
-    def gaps(self) -> tuple[FloatArray, FloatArray]:
-        """(gap times (nb, 3) [s], their weights (nb, 3)) a locked stream sees: decode-only iterations, and
-        the train's full and last iterations it decodes through."""
-        q_full, q_last = self.full_share, self.last_share
-        return (np.stack([self.decode_s, self.full_s, self.last_s], axis=1),
-                np.stack([1.0 - q_full - q_last, q_full, q_last], axis=1))
 
 
 def _unit_interval(x: float) -> float:
@@ -863,9 +843,9 @@ class AggregatedModel:
             return phi, np.full(b.shape, float(np.dot(times, weights)))
         iterations, t_iter = self._chunked_cohort(b, clients)
         cohort = self.problem.engine.request_overhead_s + t_iter * (iterations + 1.0) / 2.0
-        train = self._train_at(b)
+        train = self._train_at(b, clients)
         if np.any(train):
-            cohort = np.where(train, np.mean(self._chunked_train(b, clients).ttft_s, axis=1), cohort)
+            cohort = np.where(train, float(np.mean(self._train(clients).ttft_s)), cohort)
         return phi, cohort
 
     def lockstep_points(self, batch: float, clients: float) -> tuple[float, FloatArray, FloatArray] | None:
@@ -878,9 +858,9 @@ class AggregatedModel:
         if not self.dep.chunked_prefill:
             times, weights = self._unchunked_cohort(clients)
             return phi, times, weights
-        if self._train_at(np.array([float(batch)]))[0]:
-            times, counts = np.unique(self._chunked_train(np.array([float(batch)]), clients).ttft_s[0],
-                                      return_counts=True)
+        if self._train_at(np.array([float(batch)]), clients)[0]:
+            # (the orbit's TTFTs repeat every cycle, to the rounding of the time steps)
+            times, counts = np.unique(np.round(self._train(clients).ttft_s, 7), return_counts=True)
             return phi, times, counts / counts.sum()
         iterations, t_iter = self._chunked_cohort(np.array([float(batch)]), clients)
         k = _cohort_positions(float(iterations[0]))
@@ -891,82 +871,75 @@ class AggregatedModel:
         that runs as a train (:meth:`_chunked_train`): decode-only gaps, and the train's mixed iterations a
         stream decodes through. None where the lock keeps the random-phase gaps (no lock, or a cohort)."""
         if not (self.dep.chunked_prefill and self._lockstep_applies(clients)
-                and self._train_at(np.array([float(batch)]))[0]):
+                and self._train_at(np.array([float(batch)]), clients)[0]):
             return None
         phi = _unit_interval(self.problem.engine.closed_loop_coherence)
-        values, weights = self._chunked_train(np.array([float(batch)]), clients).gaps()
-        return phi, values[0], weights[0]
+        orbit = self._train(clients)
+        return phi, orbit.gap_s, orbit.gap_weight
 
-    def _train_at(self, b: FloatArray) -> NDArray[np.bool_]:
-        """Per decode batch: does a locked chunked loop run as a train (the decodes run through the prefills
-        and the front end's spread is below half a decode iteration), else as one cohort?"""
+    def _train_at(self, b: FloatArray, clients: float) -> NDArray[np.bool_]:
+        """Per decode batch: does a locked chunked loop of ``clients`` run as a train (the decodes run
+        through the prefills and the front end's spread is below half a decode iteration), else as one
+        cohort? (Also the cohort where the orbit would take more than ``MAX_ORBIT_STEPS`` to step, or has not
+        settled, :func:`planner.serving.train.chunked_orbit`.)"""
         eng = self.problem.engine
-        if not eng.mixes_prefill_with_decode or eng.request_overhead_jitter_s is None:
+        n = max(int(round(clients)), 1)
+        if (not eng.mixes_prefill_with_decode or eng.request_overhead_jitter_s is None
+                or orbit_steps(n, max(int(round(self.mean_prompt_compute)), 1), int(self.dep.token_budget))
+                > MAX_ORBIT_STEPS or self._chunked_train(clients) is None):
             return np.zeros(b.shape, dtype=bool)
         return eng.request_overhead_jitter_s < 0.5 * self.tables.decode(b)
 
-    def _chunked_train(self, b: FloatArray, clients: float) -> _Train:
-        """The periodic orbit of a chunked fixed-length closed loop whose clients started together, at each
-        decode batch ``b``, when the running decodes share every iteration with the prompt chunks and the
-        front end's time does not spread (``_train_at``; a spread of an iteration merges the groups' returns
-        back into one cohort, ``_chunked_cohort``).
+    def _train(self, clients: float) -> Orbit:
+        """The settled orbit of a loop that runs as a train (``_train_at`` said so)."""
+        orbit = self._chunked_train(clients)
+        assert orbit is not None
+        return orbit
 
-        The first wave's prompts fill K = ⌈N·Lp / C⌉ iterations of C = budget − B prompt tokens each
-        (request r's first token after iteration ⌈(r + 1)·Lp / C⌉, the last iteration holding the rest),
-        so the loop splits into K groups that reach their first token one iteration apart, decode together
-        and finish one iteration apart: a train, which keeps its shape. A group's next request reaches the
-        scheduler a front-end time h after it finished, during the d-th iteration since, d = ⌊h / τ_d⌋ + 2
-        (+ 1 when h falls on an iteration's end); it is prefilled in the d-th.
+    def _chunked_train(self, clients: float) -> Orbit | None:
+        """The periodic orbit of a chunked fixed-length closed loop whose clients started together, when the
+        running decodes share every iteration with the prompt chunks and the front end's time does not
+        spread (``_train_at``; a spread of an iteration merges the groups' returns back into one cohort,
+        ``_chunked_cohort``): :func:`planner.serving.train.chunked_orbit` on this replica's cost model.
 
-        - The train outlasts the front end (K ≥ d): decodes run all along; the first group to return finds
-          the lane free and starts the next train; the later ones finished during it, each one mixed
-          iteration after the one before, so every group waits behind the d − 1 before it. Group j's TTFT,
-          from its issue: the d iterations after it finished, of which min(j, d) are the train's,
-          ``(d − m)·τ_d + Σ t_i`` over the train's iterations j − m + 1 … j (m = min(j, d)).
-        - Otherwise (K < d) all groups have finished before the first returns and the engine idles: group 1
-          is prefilled as it arrives and group j waits for the j − 1 before it,
-          ``h + Σ_{i≤j} t_i − (j − 1)·τ_d``.
+        The first wave's prompts fill the first iterations, so the loop splits into groups that get their
+        first token one iteration apart, decode together, finish one iteration apart and come back so, a
+        front-end time after they finished: a train, which keeps its shape while the returning groups pack
+        into the iterations (a group that returns to a free lane gets an iteration of its own prompts, the
+        groups behind it share full ones). A stream sees a mixed iteration only while it decodes through a
+        train, a few per life.
 
-        A stream decodes through its own train's later iterations (K − j) and, when it finishes after the
-        next train started (j > d, first case), that train's first j − d. In the reference simulation
-        (vLLM's scheduler, no jitter) this orbit holds for 4 … 64 clients within a few per cent (TTFT of
-        Llama-3.1-8B, N = 64: 68.6, 101.8, 135.0, then 171–173 ms; this law: 68.5, 103, 139, 172)."""
-        key = (b.tobytes(), float(clients))
-        memo = self.__dict__.setdefault("_train_memo", {})
-        if key not in memo:  # evaluate asks for the TTFT law and the ITL law of the same orbit
-            memo.clear()
-            memo[key] = self._train_orbit(b, clients)
-        return memo[key]
-
-    def _train_orbit(self, b: FloatArray, clients: float) -> _Train:
+        Until 2026-12-05 this was a closed form of that orbit that packed every train into budget-full
+        iterations beside the mean decode batch, a remainder last. The orbit the reference simulation
+        settles into packs the first returning group alone (Qwen3-32B tp2, 16 clients of 512/256 tokens:
+        iterations of 1536, 2044, 2042, 2038 and 532 prompt tokens beside 5, 4, 6, 10 and 14 decodes,
+        82.6 … 38.2 ms; the closed form had four of ~2034 and one of 64 tokens, so its ITL p99 was a
+        decode-only gap, 19.1 against 38.2 ms), and with four clients a group that returns to an idle
+        engine is prefilled in two iterations, one request and then the others (TTFT 36.9 and 65.7 ms,
+        Llama-3.1-8B; the closed form's one iteration of four gave 65.6 for all)."""
         n = max(int(round(clients)), 1)
-        lp = self.mean_prompt_compute
-        c = np.maximum(self.dep.token_budget - b, 1.0)  # (nb,)
-        r = np.arange(1.0, n + 1.0)
-        j = np.ceil(r[None, :] * lp / c[:, None])  # (nb, n): the train iteration of each request's first token
-        k = j[:, -1]
-        rest = n * lp - (k - 1.0) * c  # the last iteration's prompt tokens
-        t = self.tables.mixed(b[:, None], np.stack([np.minimum(c, n * lp), rest], axis=1))
-        t_full, t_last = t[:, 0], t[:, 1]
-        tau_d = self.tables.decode(b)
-        h = self.problem.engine.request_overhead_s
-        ratio = h / np.maximum(tau_d, 1e-12)
-        d = np.floor(ratio) + np.where(ratio - np.floor(ratio) > 1e-9, 2.0, 1.0)
-        is_last = j == k[:, None]
-        extra = np.where(is_last, (t_last - t_full)[:, None], 0.0)
-        running = (k >= d)[:, None]
-        m = np.minimum(j, d[:, None])
-        ttft = np.where(running, (d[:, None] - m) * tau_d[:, None] + m * t_full[:, None] + extra,
-                        h + j * t_full[:, None] + extra - (j - 1.0) * tau_d[:, None])
-        # the mixed gaps a stream sees: its train's full iterations after its own, the last one, and the next
-        # train's first j − d (all full) when it is still decoding then
-        n_last = (j < k[:, None]).astype(np.float64)
-        n_full = np.maximum(k[:, None] - j - 1.0, 0.0) + np.where(running, np.maximum(j - d[:, None], 0.0), 0.0)
-        steps = max(self.mean_decode_steps, 1.0)
-        q_full = np.minimum(np.mean(n_full, axis=1) / steps, 1.0)
-        q_last = np.minimum(np.mean(n_last, axis=1) / steps, 1.0 - q_full)
-        return _Train(ttft_s=ttft, decode_s=tau_d, full_s=t_full, last_s=t_last, full_share=q_full,
-                      last_share=q_last)
+        memo = self.__dict__.setdefault("_train_memo", {})
+        if n not in memo:  # evaluate asks for the TTFT law and the ITL law of the same orbit
+            memo.clear()
+            memo[n] = self._train_orbit(n)
+        return memo[n]
+
+    def _train_orbit(self, n: int) -> Orbit | None:
+        cap = max(int(min(self.batch_cap, n)), 1)
+        tau_d = self.tables.decode(np.arange(cap + 1, dtype=np.float64))
+        seg = self.tables.segments(np.arange(cap + 1, dtype=np.float64))
+        mixed: dict[tuple[int, int], float] = {}
+
+        def mixed_s(b: int, tokens: int) -> float:
+            key = (b, tokens)
+            if key not in mixed:
+                row = tuple(x[b:b + 1] for x in seg)
+                mixed[key] = float(self.tables.at_segments(row, np.array([[float(tokens)]]))[0, 0])
+            return mixed[key]
+
+        return chunked_orbit(n, max(int(round(self.mean_prompt_compute)), 1),
+                             max(int(round(self.mean_decode_steps)) + 1, 1), int(self.dep.token_budget), cap,
+                             self.problem.engine.request_overhead_s, lambda b: float(tau_d[b]), mixed_s)
 
     def _lockstep_applies(self, clients: float | None) -> bool:
         w = self.problem.workload
@@ -1064,11 +1037,11 @@ class AggregatedModel:
         if not self.dep.chunked_prefill:
             values, weights = self.cohort_gaps(float(clients))  # type: ignore[arg-type]
             return (1.0 - phi) * gap + phi * float(np.dot(values, weights))
-        train = self._train_at(st.batch)
+        train = self._train_at(st.batch, float(clients))  # type: ignore[arg-type]
         if not np.any(train):
             return gap
-        values, weights = self._chunked_train(st.batch, clients).gaps()
-        return np.where(train, (1.0 - phi) * gap + phi * np.sum(values * weights, axis=1), gap)
+        orbit = self._train(float(clients))  # type: ignore[arg-type]
+        return np.where(train, (1.0 - phi) * gap + phi * orbit.mean_gap_s(), gap)
 
     def saturation_rate_per_s(self, arrival_scv: float = 1.0, wait_scale: float = 1.0) -> float:
         """Largest stable per-replica arrival rate (the top of the λ(B) curve)."""

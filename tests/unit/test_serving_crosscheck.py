@@ -53,6 +53,7 @@ CASES = {
     "chunked-poisson-0.5": ("aggregated_chunked", "lognormal", "ρ=0.50"),
     "chunked-closed-4": ("aggregated_chunked", "lognormal", "N=4"),
     "chunked-closed-16": ("aggregated_chunked", "lognormal", "N=16"),
+    "chunked-fixed-closed-4": ("aggregated_chunked", "fixed", "N=4"),
     "chunked-fixed-closed-16": ("aggregated_chunked", "fixed", "N=16"),
     "chunked-fixed-closed-64": ("aggregated_chunked", "fixed", "N=64"),
 }

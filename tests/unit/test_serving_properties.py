@@ -193,54 +193,51 @@ def _chunked_fixed_loop(clients: int, *, engine: str = "vllm", coherence: float 
 
 
 def test_a_locked_chunked_loop_runs_as_a_train() -> None:
-    """A train of K groups returning one iteration apart: with decodes running all along (K ≥ d), every group
-    past the first d − 1 waits the d iterations after it finished, all of them the train's mixed ones."""
+    """The orbit's streams see a mixed iteration only while they decode through a train: few per life, so
+    the ITL p90 is a decode-only iteration where the random-phase law (coherence 0) puts mixed ones; the
+    orbit is a closed loop (Little's law over its cycle) and coherence mixes the two laws."""
     from planner.serving.aggregated import AggregatedModel
 
     problem = _chunked_fixed_loop(64)
     model = AggregatedModel(problem)
-    b = np.array([60.0])
-    tr = model._chunked_train(b, 64.0)
-    tau_d, t_full = float(tr.decode_s[0]), float(tr.full_s[0])
-    h = problem.engine.request_overhead_s
-    d = int(np.floor(h / tau_d)) + 2
-    k = int(np.ceil(64 * 512 / (2048 - 60.0)))
-    assert k >= d  # the case this test is about
-    ttft = tr.ttft_s[0]
-    # requests of the train's iteration j (their last prompt token in it) wait (d − m)·τ_d + m·t_full
-    j = np.ceil(np.arange(1, 65) * 512 / (2048 - 60.0))
-    inner = j < k
-    m = np.minimum(j, d)
-    np.testing.assert_allclose(ttft[inner], ((d - m) * tau_d + m * t_full)[inner], rtol=1e-12)
-    assert np.all(ttft[inner & (j >= d)] == pytest.approx(d * t_full))
-    # the streams decode through a few mixed iterations per life: far fewer than the random-phase share
+    orbit = model._chunked_train(64.0)
+    tau = float(model.tables.decode(np.array([64.0]))[0])
+    mixed_share = float(orbit.gap_weight[orbit.gap_s > 2.0 * tau].sum())
+    assert 0.0 < mixed_share < 0.1
+    # N = X·E[e2e]: a request's e2e is its TTFT and its 255 gaps
+    e2e = float(np.mean(orbit.ttft_s)) + 255.0 * float(np.dot(orbit.gap_s, orbit.gap_weight))
+    assert orbit.requests_per_s * e2e == pytest.approx(64.0, rel=0.01)
     ev, free = evaluate(problem), evaluate(_chunked_fixed_loop(64, coherence=0.0))
-    assert 0.0 < float(tr.full_share[0]) < 0.1
     assert ev.itl_s.p90 < free.itl_s.p90
-    # coherence mixes the train with the random-phase law
+    assert ev.requests_per_s == pytest.approx(orbit.requests_per_s, rel=0.01)
     half = evaluate(_chunked_fixed_loop(64, coherence=0.5))
     assert min(ev.ttft_s.mean, free.ttft_s.mean) < half.ttft_s.mean < max(ev.ttft_s.mean, free.ttft_s.mean)
 
 
 def test_a_train_shorter_than_the_front_end_idles_and_a_non_mixing_engine_keeps_its_cohort() -> None:
+    from planner.serving import train as T
     from planner.serving.aggregated import AggregatedModel
 
-    # a long front end: every group has finished before the first returns, which is prefilled as it arrives
+    # a long front end: every request has finished before the first returns; the first one is prefilled
+    # alone as it arrives at the idle engine, the others (arriving with it) in the iterations after it
     problem = _chunked_fixed_loop(8, overhead_s=0.5)
     model = AggregatedModel(problem)
-    tr = model._chunked_train(np.array([7.0]), 8.0)
-    assert np.ceil(8 * 512 / (2048 - 7.0)) == 3  # three groups, the first one a full iteration
-    assert tr.ttft_s[0][0] == pytest.approx(0.5 + float(tr.full_s[0]), rel=1e-12)
-    assert np.all(np.diff(tr.ttft_s[0]) >= 0.0)  # later groups wait for the earlier ones
+    ttft = model._chunked_train(8.0).ttft_s
+    alone = 0.5 + float(model.tables.mixed(np.array([[0.0]]), np.array([[512.0]]))[0, 0])
+    assert float(np.min(ttft)) == pytest.approx(alone, rel=1e-9)
+    assert np.mean(np.isclose(ttft, alone, rtol=1e-9)) == pytest.approx(1 / 8)  # one client per cycle
     # SGLang runs its prefill batches apart from the decodes, and a front end of unmeasured (or large) spread
-    # shuffles the groups' returns together: either way the loop stays one cohort
-    for cohort in (_chunked_fixed_loop(64, engine="sglang"), _chunked_fixed_loop(64, jitter_s=None),
-                   _chunked_fixed_loop(64, jitter_s=0.05)):
+    # shuffles the groups' returns together: either way the loop stays one cohort; so does a loop whose orbit
+    # would take too long to step
+    big = _chunked_fixed_loop(4096)
+    assert T.orbit_steps(4096, 512, 2048) > T.MAX_ORBIT_STEPS
+    for cohort, n in ((_chunked_fixed_loop(64, engine="sglang"), 64.0), (_chunked_fixed_loop(64, jitter_s=None), 64.0),
+                      (_chunked_fixed_loop(64, jitter_s=0.05), 64.0), (big, 4096.0)):
         sg = AggregatedModel(cohort)
-        phi, mean = sg.lockstep(np.array([60.0]), 64.0)
-        iterations, t_iter = sg._chunked_cohort(np.array([60.0]), 64.0)
+        phi, mean = sg.lockstep(np.array([60.0]), n)
+        iterations, t_iter = sg._chunked_cohort(np.array([60.0]), n)
         assert mean[0] == pytest.approx(sg.problem.engine.request_overhead_s + t_iter[0] * (iterations[0] + 1) / 2)
-        assert sg.lockstep_itl(60.0, 64.0) is None
+        assert sg.lockstep_itl(60.0, n) is None
     assert not find_engine("sglang").mixes_prefill_with_decode and find_engine("vllm").mixes_prefill_with_decode
     assert find_engine("vllm").request_overhead_jitter_s is None
 
