@@ -44,7 +44,7 @@ from planner.serving import queueing as Q
 from planner.serving.grids import broadcast_view, geometric_grid, sorted_unique
 from planner.serving.train import MAX_ORBIT_STEPS, Orbit, chunked_orbit, orbit_steps
 from planner.serving.types import AggregatedDeployment, ServingProblem
-from planner.serving.workload import LengthDistribution
+from planner.serving.workload import LengthDistribution, held_kv_scv
 
 FloatArray = NDArray[np.float64]
 
@@ -290,13 +290,8 @@ class AggregatedModel:
         # ``decode_context`` (the reference simulation's time-averaged KV per running sequence: 1641 tokens
         # for the crosscheck's lognormal lengths, against 1631 here and 1533 for E[I] + E[O] / 2)
         self.kv_batch_cap = self.plan.kv_capacity_tokens / max(self.decode_context, 1.0)
-        #: variance / mean² of that KV over the running sequences: a prompt I and an age a, uniform over the
-        #: decode life of a length-biased output O, so E[x²] = E[I²] + E[I]·E[O²]/E[O] + E[O³]/(3E[O])
-        out = w.output_tokens
-        o1 = max(mean_out, 1.0)
-        x2 = (w.input_tokens.second_moment + w.input_tokens.mean * out.second_moment / o1
-              + float(np.dot(out.values**3, out.weights)) / (3.0 * o1))
-        self.kv_scv = max(x2 / max(self.decode_context, 1.0) ** 2 - 1.0, 0.0)
+        #: variance / mean² of that KV over the running sequences (``workload.held_kv_scv``)
+        self.kv_scv = held_kv_scv(w, self.decode_context)
         self.batch_cap = float(min(dep.max_batch_size, self.kv_batch_cap))
         #: per budget row: the batch cap and the KV-cache batch cap (rows of a stack differ)
         self.cap_k = np.full(self.budgets.size, self.batch_cap)

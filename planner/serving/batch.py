@@ -479,10 +479,17 @@ def shared_pass_warning(ratio: float) -> str:
             "docs/accuracy_notes.md)")
 
 
-def cap_warning(share: float, cap: float, kv_limited: bool) -> str:
-    """The warning of a row whose decode batch reaches its cap for a share ``share`` of the time."""
+def cap_warning(share: float, cap: float, kv_limited: bool, decode_pool: bool = False) -> str:
+    """The warning of a row whose decode batch reaches its cap for a share ``share`` of the time (of a
+    disaggregated deployment's decode pool: ``decode_pool``)."""
     what = (f"the KV cache's capacity (~{cap:.0f} sequences of the mean context)" if kv_limited
             else f"max_batch_size ({cap:.0f})")
+    if decode_pool:
+        preempted = ("; where admissions leave no KV headroom, running requests are preempted and recompute: "
+                     "not modelled, those episodes make the latency tail")
+        then = ("transferred requests wait for a place (counted in the end-to-end latency, a queue over the "
+                "batch's places)" + (preempted if kv_limited else ""))
+        return f"the decode pool's batch is at {what} about {share:.1%} of the time; then {then}"
     then = ("new prompts wait for KV space (counted in the TTFT as a wait for a place in the batch; where "
             "admissions leave no KV headroom, running requests are preempted and recompute: not modelled, "
             "those episodes make the TTFT tail, the reference simulation's p99 is up to twice this one's "

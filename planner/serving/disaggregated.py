@@ -31,6 +31,7 @@ from planner.serving import queueing as Q
 from planner.serving.batch import decode_elasticity, life_overlap, renewal_peakedness
 from planner.serving.grids import geometric_grid
 from planner.serving.types import DisaggregatedDeployment, PoolSpec, ServingProblem
+from planner.serving.workload import held_kv_scv
 from planner.units import DTYPE_BYTES
 
 FloatArray = NDArray[np.float64]
@@ -230,8 +231,9 @@ class DisaggregatedModel:
             if name == "decode":
                 self.dec_plan = plan
         # KV per running sequence: its prompt and, length-biased, half its output (as the aggregated model's)
-        self.batch_cap = float(min(dep.decode.max_batch_size,
-                                   self.dec_plan.kv_capacity_tokens / max(self.decode_context, 1.0)))
+        self.kv_batch_cap = self.dec_plan.kv_capacity_tokens / max(self.decode_context, 1.0)
+        self.kv_scv = held_kv_scv(w, self.decode_context)  # the spread of what each holds
+        self.batch_cap = float(min(dep.decode.max_batch_size, self.kv_batch_cap))
         # prefill pass per prompt point (one prompt per pass; FCFS), and in the same cost-model pass the
         # passes of n prompts of the mean length a worker that batches its prompts reads its setup off
         # (``setup_from_passes``; one pass of the cost model instead of two: ~0.4 ms of a ~3 ms call)

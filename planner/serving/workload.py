@@ -261,3 +261,15 @@ class Workload:
     def __post_init__(self) -> None:
         if not 0.0 <= self.prefix_cache_hit_fraction < 1.0:
             raise InvalidInput("prefix_cache_hit_fraction must be in [0, 1)", field="prefix_cache_hit_fraction")
+
+
+def held_kv_scv(workload: Workload, decode_context: float) -> float:
+    """Variance / mean² of the KV a running sequence holds, over the decode batch (mean ``decode_context``
+    tokens): a prompt I and an age a, uniform over the decode life of a length-biased output O, so
+    E[x²] = E[I²] + E[I]·E[O²]/E[O] + E[O³]/(3E[O]). The KV cache's cap on the batch binds on the sum of
+    those, whose variance over its mean adds this to the batch count's (``batch.cap_share``)."""
+    out = workload.output_tokens
+    o1 = max(out.mean, 1.0)
+    x2 = (workload.input_tokens.second_moment + workload.input_tokens.mean * out.second_moment / o1
+          + float(np.dot(out.values**3, out.weights)) / (3.0 * o1))
+    return max(x2 / max(decode_context, 1.0) ** 2 - 1.0, 0.0)

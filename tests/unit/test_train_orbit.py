@@ -78,10 +78,11 @@ def test_the_orbit_is_the_simulated_one() -> None:
 
 
 def test_a_loop_that_does_not_settle_is_left_to_the_cohort_law(monkeypatch: pytest.MonkeyPatch) -> None:
-    """107 clients of 24/1 tokens behind a 268 ms front end drift from cycle to cycle (stepped 400 cycles,
-    its windows still disagree after 500 cycles): no orbit, and the planner keeps the cohort law for such a loop."""
+    """107 clients of 24/1 tokens behind a 268 ms front end drift from cycle to cycle (its windows still
+    disagree after 500 cycles): no orbit, and the planner keeps the cohort law for such a loop."""
     a, b, c = 0.01, 1e-5, 2e-5
-    assert chunked_orbit(107, 24, 1, 1507, 184, 0.268, lambda n: a + b * n, lambda n, t: a + b * n + c * t) is None
+    orbit = chunked_orbit(107, 24, 1, 1507, 184, 0.268, lambda n: a + b * n, lambda n, t: a + b * n + c * t)
+    assert orbit is None
     # the settled loops of this file are orbits; a loop without one keeps the cohort's TTFT
     import planner.serving.aggregated as agg
     from tests.unit.test_serving_properties import _chunked_fixed_loop
@@ -93,5 +94,6 @@ def test_a_loop_that_does_not_settle_is_left_to_the_cohort_law(monkeypatch: pyte
     assert not model._train_at(np.array([16.0]), 16.0)[0]
     iterations, t_iter = model._chunked_cohort(np.array([16.0]), 16.0)
     phi, mean = model.lockstep(np.array([16.0]), 16.0)
-    assert mean[0] == pytest.approx(model.problem.engine.request_overhead_s + t_iter[0] * (iterations[0] + 1) / 2)
+    cohort = model.problem.engine.request_overhead_s + t_iter[0] * (iterations[0] + 1) / 2
+    assert mean[0] == pytest.approx(cohort)
     assert model.lockstep_itl(16.0, 16.0) is None
