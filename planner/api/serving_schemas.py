@@ -122,7 +122,7 @@ class PoolIn(BaseModel):
         None,
         description="Most sequences one iteration runs [sequences]; in the prefill pool, the most prompts "
         "one pass takes (above 1 its workers prefill every waiting prompt in one pass, up to the token "
-        "budget; modelled for open-loop arrivals). Default: 256",
+        "budget). Default: 256",
     )
     token_budget: Tokens | None = Field(
         None, description="Most tokens one iteration processes [tokens]. Default: 8192"

@@ -445,13 +445,6 @@ def _evaluate_aggregated(problem: ServingProblem, table_memo: TableMemo | None =
     return _finish(problem, ev, shifts, in_w, p_w, m_w, itl_q, itl_v, itl_w, rps, warnings)
 
 
-#: prefill-pool utilization above which ``evaluate`` warns that a closed loop's one-prompt-per-pass queue
-#: (its mean-value analysis) overstates the wait of a worker that batches prompts (open loops model the
-#: batching, ``disaggregated.batched_prefill_wait``; one prompt per pass had their TTFT mean +2 … +4 % at
-#: 0.7 and +27 … +54 % at 0.9 against the simulated batching worker)
-PREFILL_BATCHING_WARNING_UTILIZATION = 0.8
-
-
 def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
     dep = problem.deployment
     assert isinstance(dep, DisaggregatedDeployment)
@@ -485,14 +478,6 @@ def _evaluate_disaggregated(problem: ServingProblem) -> Evaluation:
                         "evaluated at the stability limit")
     if saturated:
         warnings.append(f"the closed loop saturates the deployment: {extra:.3g} s of each request's latency is queueing")
-    busy_prefill = float(st.prefill_utilization[0])
-    if (w.arrival.kind == "closed_loop" and dep.prefill.max_batch_size > 1 and feasible
-            and busy_prefill > PREFILL_BATCHING_WARNING_UTILIZATION):
-        warnings.append(
-            f"the prefill pool is {busy_prefill:.0%} busy and, in a closed loop, modelled one prompt per pass; "
-            f"a worker that admits every waiting prompt into one pass (max_batch_size "
-            f"{dep.prefill.max_batch_size}) queues less at this load: in open loops, where the batching is "
-            "modelled, one prompt per pass had the TTFT mean 27-54 % high at 90 % (within 4 % up to 70 %)")
     p_wait = (float(st.prefill_p_wait[0]) if extra == 0 else 1.0) if mva is None else mva[2]
     shifts = overhead + model.prefill_s + model.transfer_s
     ttft_mean = overhead + wq + float(np.dot(in_w, model.prefill_s + model.transfer_s))

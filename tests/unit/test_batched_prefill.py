@@ -1,6 +1,6 @@
-"""A disaggregated prefill worker that admits every waiting prompt into one pass (``max_batch_size`` > 1,
-open loops: ``disaggregated.batched_prefill_wait``, 2026-12-05). Checked here: the gated queue's closed form
-against an event simulation of that queue alone (written here, independently), its limits (no setup: more
+"""A disaggregated prefill worker that admits every waiting prompt into one pass (``max_batch_size`` > 1:
+``disaggregated.batched_prefill_wait``, 2026-12-05; closed loops take it at their rate). Checked here: the
+gated queue's closed form against an event simulation of that queue alone (written here, independently), its limits (no setup: more
 than FIFO's wait; one prompt per pass is untouched), and evaluate's TTFT against the reference simulation's
 batching worker, where one prompt per pass (the M/G/c queue used before) was 27 % (Llama-3.1-8B) and 54 %
 (Qwen3-32B) high in mean at 0.9 of its capacity."""
@@ -101,15 +101,29 @@ def test_ttft_against_the_simulated_batching_worker(label: str, share: float) ->
     assert cf.p90 == pytest.approx(sim.p90, rel=0.10)
 
 
-@pytest.mark.parametrize(("max_batch", "warned"), [(256, True), (1, False)])
-def test_a_busy_closed_loop_prefill_pool_is_flagged(max_batch: int, warned: bool) -> None:
-    """Closed loops keep one prompt per pass (their mean-value analysis); evaluate says so when the pool
-    is busy and its workers would batch (Qwen3-32B, 64 clients: the prefill pool 93 % busy)."""
-    scenario = _batching(_scenario("Qwen3-32B"), max_batch)
-    ev = evaluate(scenario.problem(Arrival(kind="closed_loop", concurrency=64)))
-    assert any("one prompt per pass" in m for m in ev.warnings) == warned
-    open_loop = evaluate(scenario.problem(Arrival(kind="poisson", rate_per_s=0.9 * ev.requests_per_s)))
-    assert not any("one prompt per pass" in m for m in open_loop.warnings)
+@pytest.mark.parametrize(("label", "clients", "tolerance"),
+                         [("Qwen3-32B", 32, 0.10), ("Qwen3-32B", 64, 0.25), ("Llama-3.1-8B", 128, 0.20)])
+def test_a_closed_loop_batching_pool_against_the_simulation(label: str, clients: int,
+                                                            tolerance: float) -> None:
+    """Closed loops on a batching worker (2026-12-05): the gated queue at the loop's rate, thinned to the
+    other N − 1 clients, with the closed queue's bounded law. Against the simulated batching worker (three
+    seeds of 6000 requests; two of 4000 put the 64-client p90 at +21 %), measured when written: TTFT mean +6 % (Qwen3-32B,
+    32 clients, the pool 56 % busy), +19 % (64 clients, 86 % busy: a closed population waits less than an
+    open queue there) and +14 % (Llama-3.1-8B, 128 clients, 75 % busy),
+    where one prompt per pass (the mean-value analysis used before) had −1, +26 and +18 %; the p90 within
+    15 %, the throughput within 2 %."""
+    scenario = _batching(_scenario(label), 256)
+    one = evaluate(_batching(_scenario(label), 1).problem(Arrival(kind="closed_loop", concurrency=clients)))
+    loop = Arrival(kind="closed_loop", concurrency=clients)
+    case = X.Case(scenario=scenario, point=X.LoadPoint(arrival=loop, label=f"N={clients}"))
+    c = X.compare(case, num_requests=6000, seeds=(0, 1, 2))
+    cf, sim = c.closed_form["ttft_s"], c.simulated["ttft_s"]
+    assert cf.mean == pytest.approx(sim.mean, rel=tolerance)
+    assert cf.p90 == pytest.approx(sim.p90, rel=0.15)
+    assert c.closed_form_requests_per_s == pytest.approx(c.simulated_requests_per_s, rel=0.02)
+    # where the batching shows (a busy pool), the answer moved towards the simulation from one per pass
+    if clients >= 64:
+        assert abs(cf.mean / sim.mean - 1.0) < abs(one.ttft_s.mean / sim.mean - 1.0)
 
 
 def test_an_overloaded_batching_pool_answers_at_its_limit() -> None:

@@ -21,9 +21,10 @@ from planner.serving.types import DisaggregatedDeployment, PoolSpec, ServingProb
 from planner.serving.workload import Arrival, Workload, fixed_length, lognormal_lengths
 
 
-def _problem(clients: int, fixed: bool) -> ServingProblem:
+def _problem(clients: int, fixed: bool, prefill_batch: int = 256) -> ServingProblem:
     gpu = find_gpu(load_catalog(), "h100-sxm")
-    dep = DisaggregatedDeployment(prefill=PoolSpec(gpu=gpu, parallelism=Parallelism(tp=2), workers=2),
+    dep = DisaggregatedDeployment(prefill=PoolSpec(gpu=gpu, parallelism=Parallelism(tp=2), workers=2,
+                                                   max_batch_size=prefill_batch),
                                   decode=PoolSpec(gpu=gpu, parallelism=Parallelism(tp=4), workers=1))
     prompts = fixed_length(2000) if fixed else lognormal_lengths(median=1730, p90=5696)
     work = Workload(input_tokens=prompts, output_tokens=fixed_length(415),
@@ -36,7 +37,8 @@ def _problem(clients: int, fixed: bool) -> ServingProblem:
 @pytest.mark.parametrize("fixed", [True, False], ids=["fixed", "lognormal"])
 @pytest.mark.parametrize("clients", [16, 64, 128, 256])
 def test_the_closed_loops_rate_is_a_fixed_point(clients: int, fixed: bool) -> None:
-    model = DisaggregatedModel(_problem(clients, fixed))
+    """One prompt per pass: the mean-value analysis of the prefill queue."""
+    model = DisaggregatedModel(_problem(clients, fixed, prefill_batch=1))
     solved = model.closed_loop_prefill(float(clients), 1.0)
     assert solved is not None  # the prefill pool limits here
     lam, think = solved[0], solved[5]
@@ -49,6 +51,26 @@ def test_the_closed_loops_rate_is_a_fixed_point(clients: int, fixed: bool) -> No
     x, _, _ = Q.closed_queue_mva(clients=float(clients), service_mean_s=mean_s, service_scv=scv,
                                  servers=model.dep.prefill.workers, think_s=rest)
     assert x == pytest.approx(lam, rel=1e-8)
+
+
+@pytest.mark.parametrize("fixed", [True, False], ids=["fixed", "lognormal"])
+@pytest.mark.parametrize("clients", [16, 64, 128, 256])
+def test_a_batching_pools_loop_closes_its_cycle(clients: int, fixed: bool) -> None:
+    """Workers that batch their prompts (the default max_batch_size): the rate closes the cycle over the
+    gated queue's wait, N = λ·(Z + E[t] + W), or is the pool's capacity with Little's law for the wait."""
+    model = DisaggregatedModel(_problem(clients, fixed))
+    assert model.pass_setup_s is not None
+    solved = model.closed_loop_prefill(float(clients), 1.0)
+    assert solved is not None
+    lam, wait, think = solved[0], solved[1], solved[5]
+    st = model.steady_state(np.array([lam]), 1.0, (clients - 1.0) / clients)
+    rest = float(model.mean_e2e_s(st)[0]) - float(st.prefill_wait_s[0]) - model.prefill_mean_s
+    assert think == pytest.approx(rest, rel=1e-12)
+    assert lam * (think + model.prefill_mean_s + wait) == pytest.approx(clients, rel=1e-6)
+    cap = model.batched_capacity_per_s()
+    assert lam <= cap * (1.0 + 1e-9)
+    if lam < cap * (1.0 - 1e-6):
+        assert wait == pytest.approx(float(st.prefill_wait_s[0]), rel=1e-6)
 
 
 @pytest.mark.parametrize("fixed", [True, False], ids=["fixed", "lognormal"])
