@@ -34,28 +34,36 @@ ROOT_XTOL, ROOT_RTOL = 1e-12, 1e-11
 
 
 def root_on_curve(excess: Callable[[float], float], rates: FloatArray, levels: FloatArray, target: float,
-                  guess: float) -> float:
+                  guess: float, raw: FloatArray | None = None, xtol_rel: float = ROOT_XTOL) -> float:
     """The rate where a closed loop's population λ·E[e2e](λ) reaches ``target`` clients, by Brent's method:
     ``excess(λ)`` is that population less the target at one rate; ``levels`` its running maximum over the
-    increasing ``rates`` of a curve already computed. The bracket is the two curve rates around the target,
-    widened along the curve until ``excess`` itself straddles zero; ``guess`` when it never does (a curve
-    whose population falls back, which the running maximum hides)."""
+    increasing ``rates`` of a curve already computed (``raw``: the curve itself, when ``excess`` at a curve
+    rate is exactly ``raw − target``, which saves evaluating it there). The bracket is the two curve rates
+    around the target, widened along the curve until ``excess`` itself straddles zero; ``guess`` when it
+    never does (a curve whose population falls back, which the running maximum hides). ``xtol_rel``: the
+    root's tolerance relative to the bracket's top."""
+    if raw is not None:
+        def excess_at(j: int) -> float:
+            return float(raw[j]) - target
+    else:
+        def excess_at(j: int) -> float:
+            return excess(float(rates[j]))
     i = int(np.searchsorted(levels, target))
     lo_i, hi_i = max(i - 1, 0), min(i, rates.size - 1)
     lo, hi = (float(rates[lo_i]) if i > 0 else 0.0), float(rates[hi_i])
-    f_lo = excess(lo) if lo > 0 else -target
-    f_hi = excess(hi)
+    f_lo = excess_at(lo_i) if lo > 0 else -target
+    f_hi = excess_at(hi_i)
     while f_lo > 0 and lo_i > 0:
         lo_i -= 1
         lo = float(rates[lo_i])
-        f_lo = excess(lo)
+        f_lo = excess_at(lo_i)
     while f_hi < 0 and hi_i < rates.size - 1:
         hi_i += 1
         hi = float(rates[hi_i])
-        f_hi = excess(hi)
+        f_hi = excess_at(hi_i)
     if not (f_lo <= 0.0 <= f_hi) or lo >= hi:
         return guess
-    return float(optimize.brentq(excess, lo, hi, xtol=ROOT_XTOL * hi, rtol=ROOT_RTOL))
+    return float(optimize.brentq(excess, lo, hi, xtol=xtol_rel * hi, rtol=max(ROOT_RTOL, xtol_rel)))
 
 
 def erlang_c_servers(

@@ -1,9 +1,9 @@
 """A disaggregated prefill worker that admits every waiting prompt into one pass (``max_batch_size`` > 1:
 ``disaggregated.batched_prefill_wait``, 2026-12-05; closed loops take it at their rate). Checked here: the
-gated queue's closed form against an event simulation of that queue alone (written here, independently), its limits (no setup: more
-than FIFO's wait; one prompt per pass is untouched), and evaluate's TTFT against the reference simulation's
-batching worker, where one prompt per pass (the M/G/c queue used before) was 27 % (Llama-3.1-8B) and 54 %
-(Qwen3-32B) high in mean at 0.9 of its capacity."""
+gated queue's closed form against an event simulation of that queue alone (written here, independently),
+its limits (no setup: more than FIFO's wait; one prompt per pass is untouched), and evaluate's TTFT against
+the reference simulation's batching worker, where one prompt per pass (the M/G/c queue used before) was
+27 % (Llama-3.1-8B) and 54 % (Qwen3-32B) high in mean at 0.9 of its capacity."""
 
 from __future__ import annotations
 
@@ -107,11 +107,11 @@ def test_a_closed_loop_batching_pool_against_the_simulation(label: str, clients:
                                                             tolerance: float) -> None:
     """Closed loops on a batching worker (2026-12-05): the gated queue at the loop's rate, thinned to the
     other N − 1 clients, with the closed queue's bounded law. Against the simulated batching worker (three
-    seeds of 6000 requests; two of 4000 put the 64-client p90 at +21 %), measured when written: TTFT mean +6 % (Qwen3-32B,
-    32 clients, the pool 56 % busy), +19 % (64 clients, 86 % busy: a closed population waits less than an
-    open queue there) and +14 % (Llama-3.1-8B, 128 clients, 75 % busy),
-    where one prompt per pass (the mean-value analysis used before) had −1, +26 and +18 %; the p90 within
-    15 %, the throughput within 2 %."""
+    seeds of 6000 requests; two of 4000 put the 64-client p90 at +21 %), measured when written: TTFT mean
+    +6 % (Qwen3-32B, 32 clients, the pool 56 % busy), +19 % (64 clients, 86 % busy: a closed population
+    waits less than an open queue there) and +14 % (Llama-3.1-8B, 128 clients, 75 % busy), where one prompt
+    per pass (the mean-value analysis used before) had −1, +26 and +18 %; the p90 within 15 %, the
+    throughput within 2 %."""
     scenario = _batching(_scenario(label), 256)
     one = evaluate(_batching(_scenario(label), 1).problem(Arrival(kind="closed_loop", concurrency=clients)))
     loop = Arrival(kind="closed_loop", concurrency=clients)
@@ -162,3 +162,25 @@ def test_the_wait_is_continuous_past_the_one_per_pass_limit(workers: int, cv: fl
     assert all(b > a for a, b in zip(means, means[1:], strict=False))
     # no jump at the limit: the step across it is of the size of the steps beside it
     assert means[3] - means[2] < 3.0 * (means[2] - means[0])
+
+
+def test_the_single_rate_path_is_the_vectorized_one() -> None:
+    """``batched_prefill_wait`` at one rate runs the same steps on floats (a closed loop's root asks for it
+    ~4 times a call); they must agree with the vectorized steps to rounding, overloaded rates included."""
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        n = int(rng.integers(1, 64))
+        t = rng.lognormal(-3.0, 1.0, n)
+        w = rng.random(n)
+        w /= w.sum()
+        mean_t = float(t @ w)
+        setup, k = float(rng.uniform(0.0, 1.0) * mean_t), float(rng.uniform(1.0, 20.0))
+        lam = float(rng.uniform(0.0, 1.2) / mean_t)
+        one = batched_prefill_wait(np.array([lam]), t, w, setup, k)
+        many = batched_prefill_wait(np.array([lam, 0.5 * lam]), t, w, setup, k)
+        assert bool(one[2][0]) == bool(many[2][0])
+        for x, y in zip(one[:2], many[:2], strict=True):
+            if np.isfinite(y[0]):
+                assert float(x[0]) == pytest.approx(float(y[0]), rel=1e-12, abs=1e-300)
+            else:
+                assert not np.isfinite(x[0])

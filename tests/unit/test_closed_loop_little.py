@@ -90,6 +90,22 @@ BODIES = {
     }
     for isl, n in ((1000, 64), (100, 257), (4000, 8))
 } | {
+    # closed loops on batching prefill workers (the default max_batch_size), found by random bodies on the
+    # day they stopped being one prompt per pass (X·E[e2e] / N: 1.06, 1.69, 1.15): a saturated loop answered
+    # with a throughput past what the decode pool serves, and a locked loop (SGLang) whose locked wait took
+    # the one-prompt service behind a pool that batches
+    "batching-saturated-decode": _disaggregated(
+        "mistralai/Mixtral-8x7B-v0.1", {"gpu": "mi300x", "parallelism": {"tp": 1}, "workers": 1},
+        {"gpu": "gaudi3", "parallelism": {"tp": 1}, "workers": 8, "max_batch_size": 1}, 512, 1, 64)
+    | {"engine": "vllm"},
+    "batching-locked-sglang": _disaggregated(
+        "facebook/opt-13b", {"gpu": "l40s", "parallelism": {"tp": 4}, "workers": 3},
+        {"gpu": "gb200", "parallelism": {"tp": 8}, "workers": 1}, 128, 128, 257) | {"engine": "sglang"},
+    "batching-saturated-5000": _disaggregated(
+        "mistralai/Mixtral-8x7B-v0.1", {"gpu": "gb200", "parallelism": {"tp": 2}, "workers": 1},
+        {"gpu": "gb200", "parallelism": {"tp": 1}, "workers": 2, "max_batch_size": 2048}, 512,
+        {"samples": [6]}, 5000),
+} | {
     f"benchmark-disaggregated-{n}": _disaggregated(
         "meta-llama/Llama-3.1-70B", *BENCHMARK_POOLS,
         {"distribution": "lognormal", "median": 1730, "p90": 5696}, 415, n)
