@@ -102,7 +102,7 @@ SETUP_PASS_SIZES = np.array([1.0, 2.0, 3.0, 4.0, 6.0, 8.0])
 #: secant rounds of the pass-size moments' fixed point (``batched_prefill_wait``; 3 settle the wait to
 #: 1e-9 from ρ = 0.05 to 0.98, where plain rounds of the fixed point needed ~30 for 1e-4 at 0.8)
 GATED_ROUNDS = 4
-#: a batching pool's closed-loop root: relative to its population, and the most rounds
+#: a batching pool's closed-loop root: its tolerance relative to the rate, and the most secant rounds
 #: (``DisaggregatedModel._batched_closed_loop``)
 BATCHED_ROOT_XTOL, BATCHED_ROOT_ROUNDS = 1e-6, 12
 
@@ -464,8 +464,7 @@ class DisaggregatedModel:
         _, lam_grid = self._decode_curve(wait_scale)
         return float(min(prefill_max, link_max, lam_grid[-1]))
 
-    def closed_loop_rate_per_s(self, clients: float, arrival_scv: float, polish: bool = True,
-                               xtol_rel: float = Q.ROOT_XTOL) -> float:
+    def closed_loop_rate_per_s(self, clients: float, arrival_scv: float, polish: bool = True) -> float:
         """The rate at which ``clients`` closed-loop clients close Little's law, N = λ·E[e2e](λ), with the
         prefill queue as an open one: interpolated on a grid of rates, then (``polish``) solved by Brent's
         method between the two grid rates around it.
@@ -485,7 +484,7 @@ class DisaggregatedModel:
             at = self.steady_state(np.array([rate]), arrival_scv, scale)
             return rate * float(self.mean_e2e_s(at)[0]) - clients
 
-        return Q.root_on_curve(excess, grid, pop, clients, lam, raw=raw, xtol_rel=xtol_rel)
+        return Q.root_on_curve(excess, grid, pop, clients, lam, raw=raw)
 
     def _population_curve(self, clients: float, arrival_scv: float
                           ) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -502,9 +501,12 @@ class DisaggregatedModel:
     def _batched_closed_loop(self, clients: float, arrival_scv: float
                              ) -> tuple[DisaggState, float, tuple[float, float, float]] | None:
         """``_cycle_at`` of a batching pool's closed loop at its root, N = λ·E[e2e](λ): bracketed on the
-        population curve, then regula falsi (Illinois) from the curve's values, each step one state, to
-        ``BATCHED_ROOT_XTOL`` of the population (2-3 states where Brent's method from the bracket took 7);
-        the state of the last step is the answer, its throughput N / (Z + E[t] + W) closing the cycle."""
+        population curve, then secant steps on X(λ) − λ (X = N / E[e2e](λ), the throughput that closes the
+        cycle; the first a fixed-point step), each one state, to ``BATCHED_ROOT_XTOL`` of the rate (4
+        states on the benchmark's loop, where Brent's method from the bracket took 7); the last step's
+        state is the answer, its throughput X closing the cycle. None when the loop saturates a pool (N
+        above the curve's top): the caller then keeps the open queue at the saturated rate, whose extra
+        queueing closes Little's law."""
         grid, raw, pop = self._population_curve(clients, arrival_scv)
         if clients >= pop[-1]:  # saturated: the caller's open queue, with the saturated loop's queueing
             return None
@@ -540,7 +542,7 @@ class DisaggregatedModel:
         batch queue of ``steady_state`` at this rate, thinned to the other N − 1 clients, and the throughput
         the one that closes the cycle, N / (Z + E[t] + W). Against the reference simulation's batching
         worker (Llama-3.1-8B and Qwen3-32B on H100s, lognormal lengths, 16 … 256 clients, three 6000-request
-        runs, 2026-12-05) that put the TTFT mean within −1 … +24 % (the largest at 0.86–0.98 of the pool
+        runs, 2026-12-05) that put the TTFT mean within +0 … +28 % (the largest at 0.86–0.98 of the pool
         busy, where a closed population's waits fall short of an open queue's), where one prompt per pass
         (the mean-value analysis) had +18 … +112 % from 0.75 busy up; a mean-value analysis of the gated
         queue itself (the wait of the pass in progress, then the marginal prefill of each prompt in one's

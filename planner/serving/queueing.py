@@ -34,14 +34,13 @@ ROOT_XTOL, ROOT_RTOL = 1e-12, 1e-11
 
 
 def root_on_curve(excess: Callable[[float], float], rates: FloatArray, levels: FloatArray, target: float,
-                  guess: float, raw: FloatArray | None = None, xtol_rel: float = ROOT_XTOL) -> float:
+                  guess: float, raw: FloatArray | None = None) -> float:
     """The rate where a closed loop's population λ·E[e2e](λ) reaches ``target`` clients, by Brent's method:
     ``excess(λ)`` is that population less the target at one rate; ``levels`` its running maximum over the
     increasing ``rates`` of a curve already computed (``raw``: the curve itself, when ``excess`` at a curve
     rate is exactly ``raw − target``, which saves evaluating it there). The bracket is the two curve rates
     around the target, widened along the curve until ``excess`` itself straddles zero; ``guess`` when it
-    never does (a curve whose population falls back, which the running maximum hides). ``xtol_rel``: the
-    root's tolerance relative to the bracket's top."""
+    never does (a curve whose population falls back, which the running maximum hides)."""
     if raw is not None:
         def excess_at(j: int) -> float:
             return float(raw[j]) - target
@@ -63,7 +62,7 @@ def root_on_curve(excess: Callable[[float], float], rates: FloatArray, levels: F
         f_hi = excess_at(hi_i)
     if not (f_lo <= 0.0 <= f_hi) or lo >= hi:
         return guess
-    return float(optimize.brentq(excess, lo, hi, xtol=xtol_rel * hi, rtol=max(ROOT_RTOL, xtol_rel)))
+    return float(optimize.brentq(excess, lo, hi, xtol=ROOT_XTOL * hi, rtol=ROOT_RTOL))
 
 
 def erlang_c_servers(
