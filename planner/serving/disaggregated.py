@@ -18,7 +18,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -149,94 +151,85 @@ def batched_prefill_wait(lam: FloatArray, prefill_s: FloatArray, weights: FloatA
     t = np.asarray(prefill_s, dtype=np.float64)  # (ni,), or one row per rate (n, ni)
     w = np.asarray(weights, dtype=np.float64)
     if lam.size == 1 and t.ndim == 1 and np.ndim(setup_s) == 0 and np.ndim(max_prompts) == 0:
-        # one rate (a closed loop's root asks for ~6): the same arithmetic on floats, ~10× faster
-        wait1, busy1, ok1 = _batched_prefill_wait_one(float(lam.reshape(-1)[0]), t, w, float(setup_s),
-                                                      float(max_prompts))
+        # one rate (a closed loop's root asks for ~6): the same steps on floats, ~10× faster
+        wait1, busy1, ok1 = _gated_queue(float(lam.reshape(-1)[0]), t, w, float(setup_s), float(max_prompts),
+                                         _FLOAT_OPS)
         shape = lam.shape
         return np.full(shape, wait1), np.full(shape, busy1), np.full(shape, ok1)
-    mean_t = t @ w
-    var_b = np.maximum((t * t) @ w - mean_t * mean_t, 0.0)
-    a = np.minimum(np.maximum(np.asarray(setup_s, dtype=np.float64), 0.0), mean_t)
-    k = np.maximum(np.asarray(max_prompts, dtype=np.float64), 1.0)
+    return _gated_queue(lam, t, w, np.asarray(setup_s, dtype=np.float64),
+                        np.asarray(max_prompts, dtype=np.float64), _ARRAY_OPS)
+
+
+@dataclass(frozen=True)
+class _Ops:
+    """The element-wise operations :func:`_gated_queue` runs on: numpy's on arrays of rates, or the
+    ``math`` module's and the builtins on one rate as floats (numpy's per-call cost is most of a scalar
+    call's time)."""
+
+    num: Callable[[Any], Any]
+    maximum: Callable[[Any, Any], Any]
+    minimum: Callable[[Any, Any], Any]
+    exp: Callable[[Any], Any]
+    log1p: Callable[[Any], Any]
+    where: Callable[[Any, Any, Any], Any]
+    clip: Callable[[Any, Any, Any], Any]
+    #: E[e^{−λb}] over the prompt points: (λ, t, a, w) -> one value per rate
+    beta: Callable[[Any, FloatArray, Any, FloatArray], Any]
+
+
+_ARRAY_OPS = _Ops(
+    num=lambda x: x, maximum=np.maximum, minimum=np.minimum, exp=np.exp, log1p=np.log1p, where=np.where,
+    clip=np.clip,
+    beta=lambda lam, t, a, w: np.sum(np.exp(-lam[..., None] * np.maximum(t - np.asarray(a)[..., None], 0.0))
+                                     * w, axis=-1))
+_FLOAT_OPS = _Ops(
+    num=float, maximum=max, minimum=min, exp=math.exp, log1p=math.log1p,
+    where=lambda c, x, y: x if c else y, clip=lambda x, lo, hi: min(max(x, lo), hi),
+    beta=lambda lam, t, a, w: float(np.exp(-lam * np.maximum(t - a, 0.0)) @ w))
+
+
+def _gated_queue(lam: Any, t: FloatArray, w: FloatArray, setup_s: Any, max_prompts: Any, ops: _Ops
+                 ) -> tuple[Any, Any, Any]:
+    """:func:`batched_prefill_wait`'s steps on rates ``lam`` (an array, or one float with ``_FLOAT_OPS``)."""
+    mean_t = ops.num(t @ w)
+    var_b = ops.maximum(ops.num((t * t) @ w) - mean_t * mean_t, 0.0)
+    a = ops.minimum(ops.maximum(setup_s, 0.0), mean_t)
+    k = ops.maximum(max_prompts, 1.0)
     b = mean_t - a
     rho = lam * b
     ok = (rho < MAX_UTILIZATION) & (lam * (b + a / k) < MAX_UTILIZATION)
-    r = np.where(ok, rho, 0.5)
+    r = ops.where(ok, rho, 0.5)
     la = lam * a
-    b_i = np.maximum(t - np.asarray(a)[..., None], 0.0)
-    beta = np.sum(np.exp(-lam[..., None] * b_i) * w, axis=-1)  # E[e^{−λb}]
+    beta = ops.beta(lam, t, a, w)  # E[e^{−λb}]
     spread = r + lam * lam * var_b
-    top = np.exp(-la) * beta  # P₀ with one prompt to a pass, its largest value
+    top = ops.exp(-la) * beta  # P₀ with one prompt to a pass, its largest value
 
-    def moments(p0: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    def moments(p0: Any) -> tuple[Any, Any, Any]:
         """(m₁, m₂, the P₀ they give) at the chance of no arrival ``p0``."""
         m1 = (la + p0) / (1.0 - r)
         m2 = (la * la + 2.0 * la * r * m1 + la + m1 * spread + p0) / (1.0 - r * r)
-        mu = np.maximum(m1 - 1.0, 0.0)
-        shape = mu * mu / np.maximum(m2 - m1 * m1 - mu, 1e-12)
+        mu = ops.maximum(m1 - 1.0, 0.0)
+        shape = mu * mu / ops.maximum(m2 - m1 * m1 - mu, 1e-12)
         # E[β^N] of N = X − 1: negative binomial of mean μ and its excess variance
-        return m1, m2, top * np.exp(-shape * np.log1p(mu / np.maximum(shape, 1e-300) * (1.0 - beta)))
+        return m1, m2, top * ops.exp(-shape * ops.log1p(mu / ops.maximum(shape, 1e-300) * (1.0 - beta)))
 
     # P₀ = F(P₀), F falling in P₀: the secant method on F(p) − p from the two first rounds
     x0 = top
     f0 = moments(x0)[2] - x0
     x1 = x0 + f0
     for _ in range(GATED_ROUNDS):
-        m1, m2, fx = moments(x1)
-        f1 = fx - x1
+        f1 = moments(x1)[2] - x1
         slope = f1 - f0
-        moved = np.abs(slope) > 1e-300
-        step = np.where(moved, f1 * (x1 - x0) / np.where(moved, slope, 1.0), 0.0)
+        moved = abs(slope) > 1e-300
+        step = ops.where(moved, f1 * (x1 - x0) / ops.where(moved, slope, 1.0), 0.0)
         x0, f0 = x1, f1
-        x1 = np.clip(x1 - step, 0.0, top)
-    m1, m2, _ = moments(x1)
-    p0 = x1
-    e_c = a + b * m1
-    e_c2 = a * a + 2.0 * a * b * m1 + b * b * m2 + m1 * var_b
-    busy = np.where(lam > 0, e_c / (e_c + p0 / np.maximum(lam, 1e-300)), 0.0)
-    wait = busy * e_c2 / np.maximum(e_c, 1e-300) * (0.5 + r)
-    return np.where(ok, wait, np.inf), np.where(ok, busy, 1.0), ok
-
-
-def _batched_prefill_wait_one(lam: float, t: FloatArray, w: FloatArray, setup_s: float, max_prompts: float
-                              ) -> tuple[float, float, bool]:
-    """:func:`batched_prefill_wait` at one rate, in floats (the same steps; answers equal to rounding)."""
-    mean_t = float(t @ w)
-    var_b = max(float((t * t) @ w) - mean_t * mean_t, 0.0)
-    a = min(max(setup_s, 0.0), mean_t)
-    k = max(max_prompts, 1.0)
-    b = mean_t - a
-    rho = lam * b
-    ok = rho < MAX_UTILIZATION and lam * (b + a / k) < MAX_UTILIZATION
-    r = rho if ok else 0.5
-    la = lam * a
-    beta = float(np.exp(-lam * np.maximum(t - a, 0.0)) @ w)
-    spread = r + lam * lam * var_b
-    top = math.exp(-la) * beta
-
-    def moments(p0: float) -> tuple[float, float, float]:
-        m1 = (la + p0) / (1.0 - r)
-        m2 = (la * la + 2.0 * la * r * m1 + la + m1 * spread + p0) / (1.0 - r * r)
-        mu = max(m1 - 1.0, 0.0)
-        shape = mu * mu / max(m2 - m1 * m1 - mu, 1e-12)
-        return m1, m2, top * math.exp(-shape * math.log1p(mu / max(shape, 1e-300) * (1.0 - beta)))
-
-    x0 = top
-    f0 = moments(x0)[2] - x0
-    x1 = x0 + f0
-    for _ in range(GATED_ROUNDS):
-        _, _, fx = moments(x1)
-        f1 = fx - x1
-        slope = f1 - f0
-        step = f1 * (x1 - x0) / slope if abs(slope) > 1e-300 else 0.0
-        x0, f0 = x1, f1
-        x1 = min(max(x1 - step, 0.0), top)
+        x1 = ops.clip(x1 - step, 0.0, top)
     m1, m2, _ = moments(x1)
     e_c = a + b * m1
     e_c2 = a * a + 2.0 * a * b * m1 + b * b * m2 + m1 * var_b
-    busy = e_c / (e_c + x1 / max(lam, 1e-300)) if lam > 0 else 0.0
-    wait = busy * e_c2 / max(e_c, 1e-300) * (0.5 + r)
-    return (wait, busy, True) if ok else (math.inf, 1.0, False)
+    busy = ops.where(lam > 0, e_c / (e_c + x1 / ops.maximum(lam, 1e-300)), 0.0)
+    wait = busy * e_c2 / ops.maximum(e_c, 1e-300) * (0.5 + r)
+    return ops.where(ok, wait, np.inf), ops.where(ok, busy, 1.0), ok
 
 
 @dataclass(frozen=True, kw_only=True)
